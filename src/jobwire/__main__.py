@@ -1,0 +1,3 @@
+from jobwire.cli import main
+
+main()

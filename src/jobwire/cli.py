@@ -1,0 +1,146 @@
+"""The `jobwire` command line."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from jobwire import __version__
+from jobwire.engine import EngineConfig
+from jobwire.server.app import DEFAULT_STORE, ServerConfig, run
+from jobwire.server.gearman import GearmanOptions
+
+LEVELS = ["FATAL", "ALERT", "CRITICAL", "ERROR", "WARNING", "NOTICE", "INFO", "DEBUG"]
+_PY_LEVEL = {
+    "FATAL": logging.CRITICAL,
+    "ALERT": logging.CRITICAL,
+    "CRITICAL": logging.CRITICAL,
+    "ERROR": logging.ERROR,
+    "WARNING": logging.WARNING,
+    "NOTICE": logging.INFO,
+    "INFO": logging.INFO,
+    "DEBUG": logging.DEBUG,
+}
+
+
+@click.group()
+@click.version_option(__version__, prog_name="jobwire")
+def main() -> None:
+    """jobwire: one job server for Gearman, Open Job Spec and more."""
+
+
+def _setup_logging(log_file: str, verbose: str) -> None:
+    level = _PY_LEVEL[verbose]
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    if log_file == "none":
+        logging.basicConfig(level=logging.CRITICAL + 1)
+    elif log_file == "stderr":
+        logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
+    else:
+        logging.basicConfig(level=level, format=fmt, filename=log_file)
+
+
+@main.command()
+@click.option(
+    "-L", "--listen", default="127.0.0.1", show_default=True, help="Address to listen on."
+)
+@click.option(
+    "-p",
+    "--port",
+    default=4730,
+    show_default=True,
+    envvar="GEARMAND_PORT",
+    help="Gearman TCP port.",
+)
+@click.option("--http-port", default=8080, show_default=True, help="HTTP port (OJS, /work).")
+@click.option(
+    "--store", default=DEFAULT_STORE, show_default=True, help="Job store: memory, or sqlite:PATH."
+)
+@click.option(
+    "-j",
+    "--job-retries",
+    default=0,
+    show_default=True,
+    help="Attempts before a job whose worker keeps vanishing is failed; 0: no limit.",
+)
+@click.option("--job-handle-prefix", default=None, help="Handles are PREFIX:N (default H:<host>).")
+@click.option("--exceptions", is_flag=True, help="Forward WORK_EXCEPTION to every client.")
+@click.option(
+    "-w",
+    "--worker-wakeup",
+    default=1,
+    show_default=True,
+    help="Sleeping workers woken per new job; 0 wakes all of them.",
+)
+@click.option(
+    "--max-packet-size",
+    default=64 * 1024 * 1024,
+    show_default=True,
+    help="Largest packet accepted, in bytes.",
+)
+@click.option("--keepalive", is_flag=True, help="Enable TCP keepalive on accepted sockets.")
+@click.option("--keepalive-idle", default=30, show_default=True)
+@click.option("--keepalive-interval", default=10, show_default=True)
+@click.option("--keepalive-count", default=5, show_default=True)
+@click.option("-b", "--backlog", default=1024, show_default=True)
+@click.option(
+    "-l",
+    "--log-file",
+    default="stderr",
+    show_default=True,
+    help="Log file path, or stderr, or none.",
+)
+@click.option(
+    "--verbose", type=click.Choice(LEVELS, case_sensitive=False), default="ERROR", show_default=True
+)
+@click.option("-P", "--pid-file", type=click.Path(path_type=Path), default=None)
+def serve(
+    listen: str,
+    port: int,
+    http_port: int,
+    store: str,
+    job_retries: int,
+    job_handle_prefix: str | None,
+    exceptions: bool,
+    worker_wakeup: int,
+    max_packet_size: int,
+    keepalive: bool,
+    keepalive_idle: int,
+    keepalive_interval: int,
+    keepalive_count: int,
+    backlog: int,
+    log_file: str,
+    verbose: str,
+    pid_file: Path | None,
+) -> None:
+    """Run the job server."""
+    verbose = verbose.upper()
+    _setup_logging(log_file, verbose)
+    if store.startswith("sqlite:"):
+        Path(store.removeprefix("sqlite:")).parent.mkdir(parents=True, exist_ok=True)
+    config = ServerConfig(
+        listen=listen,
+        port=port,
+        http_port=http_port,
+        store=store,
+        backlog=backlog,
+        pid_file=pid_file,
+        engine=EngineConfig(
+            job_retries=job_retries or None,
+            worker_wakeup=worker_wakeup,
+            handle_prefix=job_handle_prefix or "",
+        ),
+        gearman=GearmanOptions(
+            exceptions=exceptions,
+            max_packet=max_packet_size,
+            keepalive=keepalive,
+            keepalive_idle=keepalive_idle,
+            keepalive_interval=keepalive_interval,
+            keepalive_count=keepalive_count,
+            verbose=verbose,
+        ),
+    )
+    run(config)

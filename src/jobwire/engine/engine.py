@@ -1,0 +1,645 @@
+"""The engine: the one owner of jobs, queues, workers, leases and timers.
+
+It knows nothing of bytes or sockets. Adapters call one method per request; the engine
+changes state, logs durable changes to the store and tells the affected parties through
+their callbacks (`Subscriber.job_event`, `WorkerHandler.wake/assign/revoke`). Everything
+runs on the event loop thread, so there are no locks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from jobwire.engine.errors import IllegalTransition, JobNotHeld, QueueFull
+from jobwire.engine.job import (
+    PRIORITY_HIGH,
+    PRIORITY_LOW,
+    PRIORITY_NORMAL,
+    Job,
+    JobEvent,
+    JobState,
+    Subscriber,
+)
+from jobwire.engine.lanes import FunctionInfo, Lane
+from jobwire.engine.timers import TimerHeap
+from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
+from jobwire.store.base import MemoryStore, Store
+
+_AVAILABLE = JobState.AVAILABLE
+_ACTIVE = JobState.ACTIVE
+_WAITING_STATES = (JobState.SCHEDULED, JobState.RETRYABLE)
+
+UniqueKey = tuple[str, str | bytes]
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    #: Attempts before a job whose worker keeps vanishing is failed; None: unlimited.
+    job_retries: int | None = None
+    #: Sleeping workers woken per job that becomes available; 0 wakes all of them.
+    worker_wakeup: int = 1
+    #: Job ids are PREFIX:N, as gearmand's handles H:<host>:N.
+    handle_prefix: str = ""
+    #: Seconds a finished job stays visible to status queries; 0 forgets it at once.
+    retain_finished: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.handle_prefix:
+            self.handle_prefix = f"H:{socket.gethostname()}"
+
+
+class QueueInfo:
+    """A named queue (OJS queue; Gearman functions each have the queue of their own name)."""
+
+    __slots__ = ("lanes", "name", "paused")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lanes: dict[str, Lane] = {}  # function -> lane
+        self.paused = False
+
+    @property
+    def available(self) -> int:
+        return sum(lane.count for lane in self.lanes.values())
+
+
+def _better(job: Job, best: Job | None) -> bool:
+    """Higher priority first, then the older job."""
+    return (
+        best is None
+        or job.priority > best.priority
+        or (job.priority == best.priority and job.seq < best.seq)
+    )
+
+
+class Engine:
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        store: Store | None = None,
+    ) -> None:
+        self.config = config or EngineConfig()
+        self.clock = clock
+        self.store: Store = store or MemoryStore()
+        self._durable = self.store.durable
+        self.jobs: dict[str, Job] = {}
+        self.uniques: dict[UniqueKey, Job] = {}
+        self.functions: dict[str, FunctionInfo] = {}
+        self.queues: dict[str, QueueInfo] = {}
+        self.workers: dict[str, WorkerSession] = {}
+        self.timers = TimerHeap()
+        self._seq = itertools.count(1)
+        self._handle_numbers = itertools.count(1)
+        self._finished: deque[tuple[float, Job]] = deque()
+        #: Seconds to wait before a failed job is retried; protocols with retry policies set it.
+        self.backoff: Callable[[Job], float] = lambda job: 0.0
+
+    # ------------------------------------------------------------------ ids and registry
+
+    def next_handle(self) -> str:
+        return f"{self.config.handle_prefix}:{next(self._handle_numbers)}"
+
+    def function(self, name: str) -> FunctionInfo:
+        """The function's record, created on first mention (as gearmand's are)."""
+        fn = self.functions.get(name)
+        if fn is None:
+            fn = self.functions[name] = FunctionInfo(name)
+        return fn
+
+    def queue(self, name: str) -> QueueInfo:
+        info = self.queues.get(name)
+        if info is None:
+            info = self.queues[name] = QueueInfo(name)
+        return info
+
+    def _lane(self, fn: FunctionInfo, queue: str) -> Lane:
+        lane = fn.lanes.get(queue)
+        if lane is None:
+            lane = fn.lane(queue)
+            self.queue(queue).lanes[fn.name] = lane
+        return lane
+
+    def drop_function(self, name: str) -> None:
+        """Forget an idle function. Raises KeyError if unknown, IllegalTransition if busy."""
+        fn = self.functions[name]
+        if fn.workers or fn.total:
+            raise IllegalTransition("there are still connected workers or executing clients")
+        del self.functions[name]
+        for queue_name in fn.lanes:
+            info = self.queues.get(queue_name)
+            if info is not None:
+                info.lanes.pop(name, None)
+
+    def set_max_queue(self, name: str, high: int, normal: int, low: int) -> None:
+        fn = self.functions.get(name)
+        if fn is not None:
+            fn.max_queue = (high, normal, low)
+
+    # ------------------------------------------------------------------ submission
+
+    @staticmethod
+    def unique_key(function: str, unique: str | None, payload: bytes) -> UniqueKey | None:
+        """Coalescing key: none for an empty unique; `-` coalesces on identical payloads."""
+        if not unique:
+            return None
+        if unique == "-":
+            return (function, payload)
+        return (function, unique)
+
+    def submit(
+        self,
+        function: str,
+        payload: bytes,
+        *,
+        unique: str | None = None,
+        priority: int = PRIORITY_NORMAL,
+        background: bool = True,
+        subscriber: Subscriber | None = None,
+        run_at: float | None = None,
+        queue: str | None = None,
+        job_id: str | None = None,
+        reducer: str | None = None,
+        max_attempts: int | None = None,
+        lease_timeout: float | None = None,
+        pending: bool = False,
+    ) -> tuple[Job, bool]:
+        """Add a job, or join the live job with the same unique key.
+
+        Returns the job and whether it was created. Raises QueueFull.
+        """
+        key = self.unique_key(function, unique, payload)
+        if key is not None:
+            existing = self.uniques.get(key)
+            if existing is not None:
+                if subscriber is not None:
+                    self.subscribe(existing, subscriber)
+                if background and not existing.background:
+                    # A background submit makes the job outlive its foreground clients.
+                    existing.background = True
+                    if self._durable:
+                        self.store.job_saved(existing)
+                return existing, False
+        fn = self.functions.get(function) or self.function(function)
+        if fn.max_queue is not None:
+            self._check_max_queue(fn, priority)
+        now = self.clock()
+        job = Job(
+            job_id or self.next_handle(),
+            function,
+            payload,
+            queue=queue,
+            unique=unique,
+            priority=priority,
+            background=background,
+            created_at=now,
+        )
+        job.max_attempts = max_attempts if max_attempts is not None else self.config.job_retries
+        job.lease_timeout = lease_timeout
+        job.reducer = reducer
+        self.jobs[job.id] = job
+        if key is not None:
+            self.uniques[key] = job
+        if subscriber is not None:
+            job.subscribers = [subscriber]
+        if run_at is not None and run_at > now:
+            self._schedule(job, fn, run_at, JobState.SCHEDULED)
+        elif pending:
+            job.state = JobState.PENDING
+        else:
+            self._make_available(job, fn)
+        if background and self._durable:
+            self.store.job_saved(job)
+        return job, True
+
+    def _check_max_queue(self, fn: FunctionInfo, priority: int) -> None:
+        assert fn.max_queue is not None
+        high, normal, low = fn.max_queue
+        if priority >= PRIORITY_HIGH:
+            limit = high
+        elif priority <= PRIORITY_LOW:
+            limit = low
+        else:
+            limit = normal
+        if limit > 0 and fn.total >= limit:
+            raise QueueFull("Job queue is full")
+
+    def activate(self, job: Job) -> None:
+        """PENDING -> AVAILABLE."""
+        if job.state is not JobState.PENDING:
+            raise IllegalTransition(f"cannot activate a {job.state.name.lower()} job")
+        self._make_available(job, self.function(job.function))
+
+    # ------------------------------------------------------------------ queueing
+
+    def _make_available(self, job: Job, fn: FunctionInfo, *, front: bool = False) -> None:
+        job.state = _AVAILABLE
+        if not front:
+            job.seq = next(self._seq)
+        lane = fn.lanes.get(job.queue) or self._lane(fn, job.queue)
+        lane.push(job, front=front)
+        if fn.waiters:
+            self._notify(fn, job)
+
+    def _schedule(self, job: Job, fn: FunctionInfo, when: float, state: JobState) -> None:
+        job.state = state
+        job.run_at = when
+        fn.scheduled += 1
+        self.timers.add(when, self._on_due, job)
+
+    def _on_due(self, job: Job, when: float) -> None:
+        if job.state in _WAITING_STATES and job.run_at == when:
+            fn = self.function(job.function)
+            fn.scheduled -= 1
+            job.run_at = None
+            self._make_available(job, fn)
+
+    def _notify(self, fn: FunctionInfo, job: Job) -> None:
+        """Tell waiting workers about a job that became available: wake or push."""
+        limit = self.config.worker_wakeup
+        told = 0
+        for worker in list(fn.waiters):
+            if not worker.accepts_queue(job.queue):
+                continue
+            if worker.dispatch is Dispatch.PUSH:
+                self._push_work(worker)
+            else:
+                self._stop_waiting(worker)
+                worker.handler.wake()
+            told += 1
+            if (limit and told >= limit) or job.state is not _AVAILABLE:
+                return
+
+    def _wait(self, worker: WorkerSession) -> None:
+        for name in worker.abilities:
+            self.function(name).waiters[worker] = None
+
+    def _stop_waiting(self, worker: WorkerSession) -> None:
+        functions = self.functions
+        for name in worker.abilities:
+            fn = functions.get(name)
+            if fn is not None:
+                fn.waiters.pop(worker, None)
+
+    # ------------------------------------------------------------------ workers
+
+    def add_worker(self, worker: WorkerSession) -> None:
+        worker.last_seen = self.clock()
+        self.workers[worker.id] = worker
+
+    def remove_worker(self, worker: WorkerSession, reason: str = "worker lost") -> None:
+        """The worker is gone: forget it and requeue what it held."""
+        self._stop_waiting(worker)
+        for name in worker.abilities:
+            fn = self.functions.get(name)
+            if fn is not None:
+                fn.workers.pop(worker, None)
+        self.workers.pop(worker.id, None)
+        for job in list(worker.jobs.values()):
+            self._requeue(job, reason)
+        worker.state = WorkerState.TERMINATED
+
+    def add_ability(
+        self, worker: WorkerSession, function: str, timeout: float | None = None
+    ) -> None:
+        worker.abilities[function] = timeout
+        fn = self.function(function)
+        fn.workers[worker] = None
+
+    def remove_ability(self, worker: WorkerSession, function: str) -> None:
+        if worker.abilities.pop(function, 0) != 0:
+            fn = self.functions.get(function)
+            if fn is not None:
+                fn.workers.pop(worker, None)
+                fn.waiters.pop(worker, None)
+
+    def reset_abilities(self, worker: WorkerSession) -> None:
+        for name in list(worker.abilities):
+            self.remove_ability(worker, name)
+
+    def set_worker_state(self, worker: WorkerSession, state: WorkerState) -> None:
+        worker.state = state
+        if state is not WorkerState.RUNNING:
+            self._stop_waiting(worker)
+
+    def has_work(self, worker: WorkerSession) -> bool:
+        return self._best_lane(worker) is not None
+
+    def _best_lane(self, worker: WorkerSession) -> Lane | None:
+        if worker.state is not WorkerState.RUNNING or not worker.has_room:
+            return None
+        functions = self.functions
+        best_lane: Lane | None = None
+        best: Job | None = None
+        for name in worker.abilities:
+            fn = functions.get(name)
+            if fn is None:
+                continue
+            for lane in fn.lanes.values():
+                if lane.count and worker.accepts_queue(lane.queue):
+                    head = lane.head()
+                    if head is not None and _better(head, best):
+                        best, best_lane = head, lane
+        return best_lane
+
+    def grab(self, worker: WorkerSession) -> Job | None:
+        """PULL: lease the best job the worker can do, or None."""
+        if worker.abilities:
+            self._stop_waiting(worker)
+        lane = self._best_lane(worker)
+        if lane is None:
+            return None
+        job = lane.pop()
+        assert job is not None
+        self._lease(job, worker, None)
+        return job
+
+    def sleep(self, worker: WorkerSession) -> bool:
+        """WAKE: the worker wants to sleep. True means work is waiting: wake it at once."""
+        if self._best_lane(worker) is not None:
+            return True
+        if worker.state is WorkerState.RUNNING:
+            self._wait(worker)
+        return False
+
+    def request_work(self, worker: WorkerSession, count: int) -> None:
+        """PUSH: the worker wants `count` more jobs; assign what is there now, the rest later."""
+        worker.credit = max(0, count)
+        self._push_work(worker)
+
+    def _push_work(self, worker: WorkerSession) -> None:
+        while worker.credit > 0:
+            lane = self._best_lane(worker)
+            if lane is None:
+                if worker.state is WorkerState.RUNNING and worker.has_room:
+                    self._wait(worker)
+                return
+            job = lane.pop()
+            assert job is not None
+            worker.credit -= 1
+            self._lease(job, worker, None)
+            worker.handler.assign(job)
+        self._stop_waiting(worker)
+
+    def fetch(
+        self,
+        queues: Sequence[str],
+        count: int,
+        *,
+        worker: WorkerSession,
+        lease_timeout: float | None = None,
+    ) -> list[Job]:
+        """PULL by queue (OJS fetch): up to `count` jobs, queues in the given order."""
+        leased: list[Job] = []
+        for name in queues:
+            info = self.queues.get(name)
+            if info is None or info.paused:
+                continue
+            while len(leased) < count and worker.has_room:
+                lane = self._best_lane_of_queue(info)
+                if lane is None:
+                    break
+                job = lane.pop()
+                assert job is not None
+                self._lease(job, worker, lease_timeout)
+                leased.append(job)
+        return leased
+
+    @staticmethod
+    def _best_lane_of_queue(info: QueueInfo) -> Lane | None:
+        best_lane: Lane | None = None
+        best: Job | None = None
+        for lane in info.lanes.values():
+            if lane.count:
+                head = lane.head()
+                if head is not None and _better(head, best):
+                    best, best_lane = head, lane
+        return best_lane
+
+    def touch(self, worker: WorkerSession) -> None:
+        worker.last_seen = self.clock()
+
+    # ------------------------------------------------------------------ leases
+
+    def _lease(self, job: Job, worker: WorkerSession, lease_timeout: float | None) -> None:
+        now = self.clock()
+        job.state = _ACTIVE
+        job.worker = worker
+        job.attempts += 1
+        job.started_at = now
+        worker.jobs[job.id] = job
+        self.functions[job.function].running += 1
+        timeout = lease_timeout or job.lease_timeout or worker.abilities.get(job.function)
+        if timeout:
+            self._set_lease(job, now + timeout)
+        if self._durable and job.background:
+            self.store.job_saved(job)
+
+    def _set_lease(self, job: Job, deadline: float) -> None:
+        job.lease_deadline = deadline
+        self.timers.add(deadline, self._on_lease_expired, job)
+
+    def extend_lease(self, job: Job, timeout: float) -> None:
+        if job.state is _ACTIVE:
+            self._set_lease(job, self.clock() + timeout)
+
+    def _on_lease_expired(self, job: Job, when: float) -> None:
+        if job.state is _ACTIVE and job.lease_deadline == when:
+            worker = job.worker
+            self._requeue(job, "lease expired")
+            if worker is not None:
+                worker.handler.revoke(job, "lease expired")
+
+    def _release(self, job: Job) -> None:
+        worker = job.worker
+        if worker is not None:
+            worker.jobs.pop(job.id, None)
+            job.worker = None
+        job.lease_deadline = None
+        self.functions[job.function].running -= 1
+
+    def held_job(self, worker: WorkerSession, job_id: str) -> Job:
+        """The job `worker` holds under this id; raises JobNotHeld."""
+        job = worker.jobs.get(job_id)
+        if job is None:
+            raise JobNotHeld("Job given in work result not found")
+        return job
+
+    def _requeue(self, job: Job, reason: str) -> None:
+        """An active job lost its worker: run it again, or fail it when attempts are spent."""
+        self._release(job)
+        job.error = reason
+        if job.max_attempts is not None and job.attempts >= job.max_attempts:
+            self._finish(job, JobState.DISCARDED, JobEvent.FAIL, b"")
+            return
+        fn = self.functions[job.function]
+        delay = self.backoff(job)
+        if delay > 0:
+            self._schedule(job, fn, self.clock() + delay, JobState.RETRYABLE)
+        else:
+            # Keep its place: it was the oldest job when it was handed out.
+            self._make_available(job, fn, front=True)
+        if self._durable and job.background:
+            self.store.job_saved(job)
+
+    # ------------------------------------------------------------------ work updates
+
+    def progress(self, job: Job, numerator: bytes, denominator: bytes) -> None:
+        job.progress = (numerator, denominator)
+        if job.subscribers:
+            self._tell(job, JobEvent.STATUS, numerator + b"\0" + denominator)
+
+    def forward(self, job: Job, event: JobEvent, data: bytes) -> None:
+        """Pass WORK_DATA / WORK_WARNING to the job's waiting clients."""
+        if job.subscribers:
+            self._tell(job, event, data)
+
+    def complete(self, job: Job, result: bytes) -> None:
+        if job.state is not _ACTIVE:
+            raise IllegalTransition(f"cannot complete a {job.state.name.lower()} job")
+        self._release(job)
+        job.result = result
+        self._finish(job, JobState.COMPLETED, JobEvent.COMPLETE, result)
+
+    def fail(self, job: Job, error: object = None, *, retry: bool = False) -> None:
+        """The worker gave up on the job: retry it per its policy, or discard it."""
+        if job.state is not _ACTIVE:
+            raise IllegalTransition(f"cannot fail a {job.state.name.lower()} job")
+        if retry:
+            self._requeue(job, str(error) if error is not None else "failed")
+            return
+        self._release(job)
+        job.error = error
+        self._finish(job, JobState.DISCARDED, JobEvent.FAIL, b"")
+
+    def exception(self, job: Job, data: bytes) -> None:
+        """Gearman WORK_EXCEPTION: the job ends; clients learn why (or just that it failed)."""
+        if job.state is not _ACTIVE:
+            raise IllegalTransition(f"cannot fail a {job.state.name.lower()} job")
+        self._release(job)
+        job.error = data
+        self._finish(job, JobState.DISCARDED, JobEvent.EXCEPTION, data)
+
+    def cancel(self, job: Job) -> None:
+        """Cancel a job that has not finished; its clients are told it failed."""
+        state = job.state
+        if state.terminal:
+            raise IllegalTransition(f"cannot cancel a {state.name.lower()} job")
+        fn = self.functions[job.function]
+        if state is _AVAILABLE:
+            fn.lanes[job.queue].discard()
+        elif state in _WAITING_STATES:
+            fn.scheduled -= 1
+        elif state is _ACTIVE:
+            worker = job.worker
+            self._release(job)
+            if worker is not None:
+                worker.handler.revoke(job, "cancelled")
+        self._finish(job, JobState.CANCELLED, JobEvent.FAIL, b"")
+
+    def _finish(self, job: Job, state: JobState, event: JobEvent, data: bytes) -> None:
+        job.state = state
+        job.finished_at = now = self.clock()
+        key = self.unique_key(job.function, job.unique, job.payload)
+        if key is not None and self.uniques.get(key) is job:
+            del self.uniques[key]
+        if job.subscribers:
+            self._tell(job, event, data)
+            job.subscribers = None
+        if self._durable and job.background:
+            self.store.job_removed(job)
+        if self.config.retain_finished > 0:
+            self._finished.append((now + self.config.retain_finished, job))
+            if len(self._finished) == 1:
+                self.timers.add(now + self.config.retain_finished, self._on_forget, None)
+        else:
+            self.jobs.pop(job.id, None)
+
+    def _on_forget(self, _owner: object, when: float) -> None:
+        finished = self._finished
+        while finished and finished[0][0] <= when:
+            _, job = finished.popleft()
+            if self.jobs.get(job.id) is job:
+                del self.jobs[job.id]
+        if finished:
+            self.timers.add(finished[0][0], self._on_forget, None)
+
+    # ------------------------------------------------------------------ subscribers
+
+    def subscribe(self, job: Job, subscriber: Subscriber) -> None:
+        if job.subscribers is None:
+            job.subscribers = [subscriber]
+        elif subscriber not in job.subscribers:
+            job.subscribers.append(subscriber)
+
+    def unsubscribe(self, job: Job, subscriber: Subscriber) -> None:
+        """A foreground client left. A job nobody waits for any more is dropped if not started."""
+        subs = job.subscribers
+        if subs is None or subscriber not in subs:
+            return
+        subs.remove(subscriber)
+        if subs:
+            return
+        job.subscribers = None
+        if not job.background and job.state in (
+            _AVAILABLE,
+            JobState.SCHEDULED,
+            JobState.PENDING,
+            JobState.RETRYABLE,
+        ):
+            self.cancel(job)
+
+    @staticmethod
+    def _tell(job: Job, event: JobEvent, data: bytes) -> None:
+        assert job.subscribers is not None
+        for subscriber in tuple(job.subscribers):
+            subscriber.job_event(job, event, data)
+
+    # ------------------------------------------------------------------ time and replay
+
+    def run_timers(self) -> float | None:
+        """Fire every due timer; return the next deadline."""
+        return self.timers.run_due(self.clock())
+
+    def restore_from(self, store: Store) -> int:
+        """Replay the store's jobs into the queues; jobs that were active count that attempt."""
+        jobs = []
+        for row in store.load():
+            job = Job(
+                row.id,
+                row.function,
+                row.payload,
+                queue=row.queue,
+                unique=row.unique,
+                priority=row.priority,
+                background=True,
+                created_at=row.created_at,
+            )
+            job.attempts = row.attempts
+            job.max_attempts = row.max_attempts
+            job.run_at = row.run_at
+            job.reducer = row.reducer
+            jobs.append(job)
+        return self.restore(jobs)
+
+    def restore(self, jobs: Iterable[Job]) -> int:
+        """Put jobs read back from the store into the queues (start-up replay)."""
+        count = 0
+        for job in jobs:
+            fn = self.function(job.function)
+            self.jobs[job.id] = job
+            key = self.unique_key(job.function, job.unique, job.payload)
+            if key is not None:
+                self.uniques[key] = job
+            if job.run_at is not None and job.run_at > self.clock():
+                self._schedule(job, fn, job.run_at, JobState.SCHEDULED)
+            else:
+                self._make_available(job, fn)
+            count += 1
+        return count

@@ -1,0 +1,199 @@
+"""Incremental Gearman decoder: feed bytes, get every complete packet and admin line.
+
+Binary or text is decided per message by its first byte (NUL = binary), as gearmand does,
+so one connection may mix both. Bad input becomes a `ProtocolError` in the output, after
+the messages that preceded it; a fatal one stops the decoder for good, because the stream
+can no longer be framed.
+"""
+
+from __future__ import annotations
+
+from jobwire.protocols.gearman.packets import (
+    HEADER,
+    HEADER_SIZE,
+    REQ_MAGIC,
+    REQUEST_ARGC,
+    RES_MAGIC,
+    RESPONSE_ARGC,
+    Packet,
+)
+
+DEFAULT_MAX_PACKET = 64 * 1024 * 1024
+DEFAULT_MAX_LINE = 8192
+
+
+class ProtocolError:
+    """A message the decoder could not accept, with the ERROR code and text to send."""
+
+    __slots__ = ("code", "fatal", "text")
+
+    def __init__(self, code: str, text: str, *, fatal: bool) -> None:
+        self.code = code
+        self.text = text
+        self.fatal = fatal
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ProtocolError) and (self.code, self.text, self.fatal) == (
+            other.code,
+            other.text,
+            other.fatal,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.code, self.text, self.fatal))
+
+    def __repr__(self) -> str:
+        return f"ProtocolError({self.code!r}, {self.text!r}, fatal={self.fatal})"
+
+
+class AdminCommand:
+    """One admin text line, split on runs of spaces; `line` is the raw line without EOL."""
+
+    __slots__ = ("args", "line")
+
+    def __init__(self, line: bytes) -> None:
+        self.line = line
+        self.args = line.decode("utf-8", "surrogateescape").split()
+
+    @property
+    def name(self) -> str:
+        return self.args[0].lower() if self.args else ""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AdminCommand) and self.line == other.line
+
+    def __hash__(self) -> int:
+        return hash(self.line)
+
+    def __repr__(self) -> str:
+        return f"AdminCommand({self.line!r})"
+
+
+Message = Packet | AdminCommand | ProtocolError
+
+_unpack_header = HEADER.unpack_from
+
+
+class Decoder:
+    """Frames a byte stream into messages. One per connection."""
+
+    __slots__ = (
+        "_argc",
+        "_buf",
+        "_magic",
+        "_other_argc",
+        "_text",
+        "failed",
+        "max_line",
+        "max_packet",
+    )
+
+    def __init__(
+        self,
+        *,
+        max_packet: int = DEFAULT_MAX_PACKET,
+        max_line: int = DEFAULT_MAX_LINE,
+        server_side: bool = True,
+    ) -> None:
+        self._buf = bytearray()
+        self.max_packet = max_packet
+        self.max_line = max_line
+        self.failed = False
+        if server_side:
+            self._magic, self._argc, self._other_argc = REQ_MAGIC, REQUEST_ARGC, RESPONSE_ARGC
+        else:
+            self._magic, self._argc, self._other_argc = RES_MAGIC, RESPONSE_ARGC, REQUEST_ARGC
+        self._text = server_side  # only servers accept admin lines
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[Message]:
+        """Add bytes; return every message now complete."""
+        if self.failed:
+            return []
+        buf = self._buf
+        buf += data
+        out: list[Message] = []
+        pos = 0
+        end_of_data = len(buf)
+        argc_table = self._argc
+        magic_expected = self._magic
+        while pos < end_of_data:
+            if buf[pos] != 0:
+                pos = self._text_line(buf, pos, out)
+                if pos < 0:
+                    break
+                continue
+            if end_of_data - pos < HEADER_SIZE:
+                break
+            magic, ptype, size = _unpack_header(buf, pos)
+            if magic != magic_expected:
+                out.append(self._fail("INVALID_MAGIC", "Request magic expected"))
+                break
+            if size > self.max_packet:
+                out.append(
+                    self._fail("ARGUMENT_TOO_LARGE", f"Packet of {size} bytes exceeds the limit")
+                )
+                break
+            start = pos + HEADER_SIZE
+            end = start + size
+            if end > end_of_data:
+                break
+            argc = argc_table.get(ptype)
+            if argc is None:
+                pos = end
+                if ptype in self._other_argc:
+                    out.append(
+                        ProtocolError("INVALID_COMMAND", "Command not expected", fatal=False)
+                    )
+                    continue
+                out.append(self._fail("INVALID_COMMAND", f"Unknown packet type {ptype}"))
+                break
+            if argc == 0:
+                args: tuple[bytes, ...] = ()
+            elif argc == 1:
+                args = (bytes(buf[start:end]),)
+            else:
+                args = tuple(bytes(buf[start:end]).split(b"\0", argc - 1))
+                if len(args) != argc:
+                    pos = end
+                    out.append(
+                        ProtocolError(
+                            "INVALID_PACKET",
+                            f"Expected {argc} arguments, got {len(args)}",
+                            fatal=False,
+                        )
+                    )
+                    continue
+            out.append(Packet(ptype, args))
+            pos = end
+        if pos:
+            del buf[:pos]
+        if self.failed:
+            buf.clear()
+        return out
+
+    def _text_line(self, buf: bytearray, pos: int, out: list[Message]) -> int:
+        """Decode one admin line at `pos`; return the next position, or -1 to wait/stop."""
+        if not self._text:
+            out.append(self._fail("INVALID_MAGIC", "Response magic expected"))
+            return -1
+        newline = buf.find(b"\n", pos)
+        if newline < 0:
+            if len(buf) - pos > self.max_line:
+                out.append(self._fail("ARGUMENT_TOO_LARGE", "Command line too long"))
+            return -1
+        if newline - pos > self.max_line:
+            out.append(self._fail("ARGUMENT_TOO_LARGE", "Command line too long"))
+            return -1
+        line = bytes(buf[pos:newline])
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        out.append(AdminCommand(line))
+        return newline + 1
+
+    def _fail(self, code: str, text: str) -> ProtocolError:
+        self.failed = True
+        return ProtocolError(code, text, fatal=True)

@@ -1,0 +1,162 @@
+"""Gearman packet types, their argument counts, and encoding.
+
+The argument counts are the ones gearmand's parser uses (libgearman/command.cc), which
+differ from the PROTOCOL document for SUBMIT_REDUCE_JOB (an extra empty aggregator field).
+An argument count N means N fields: N-1 NUL-terminated ones and a last one that runs to
+the end of the body.
+"""
+
+from __future__ import annotations
+
+import struct
+from enum import IntEnum
+
+HEADER = struct.Struct(">4sII")
+HEADER_SIZE = HEADER.size
+REQ_MAGIC = b"\0REQ"
+RES_MAGIC = b"\0RES"
+
+
+class PacketType(IntEnum):
+    CAN_DO = 1
+    CANT_DO = 2
+    RESET_ABILITIES = 3
+    PRE_SLEEP = 4
+    UNUSED = 5
+    NOOP = 6
+    SUBMIT_JOB = 7
+    JOB_CREATED = 8
+    GRAB_JOB = 9
+    NO_JOB = 10
+    JOB_ASSIGN = 11
+    WORK_STATUS = 12
+    WORK_COMPLETE = 13
+    WORK_FAIL = 14
+    GET_STATUS = 15
+    ECHO_REQ = 16
+    ECHO_RES = 17
+    SUBMIT_JOB_BG = 18
+    ERROR = 19
+    STATUS_RES = 20
+    SUBMIT_JOB_HIGH = 21
+    SET_CLIENT_ID = 22
+    CAN_DO_TIMEOUT = 23
+    ALL_YOURS = 24
+    WORK_EXCEPTION = 25
+    OPTION_REQ = 26
+    OPTION_RES = 27
+    WORK_DATA = 28
+    WORK_WARNING = 29
+    GRAB_JOB_UNIQ = 30
+    JOB_ASSIGN_UNIQ = 31
+    SUBMIT_JOB_HIGH_BG = 32
+    SUBMIT_JOB_LOW = 33
+    SUBMIT_JOB_LOW_BG = 34
+    SUBMIT_JOB_SCHED = 35
+    SUBMIT_JOB_EPOCH = 36
+    SUBMIT_REDUCE_JOB = 37
+    SUBMIT_REDUCE_JOB_BACKGROUND = 38
+    GRAB_JOB_ALL = 39
+    JOB_ASSIGN_ALL = 40
+    GET_STATUS_UNIQUE = 41
+    STATUS_RES_UNIQUE = 42
+
+
+T = PacketType
+
+#: Packets a client or worker sends (magic \0REQ), with their field counts.
+REQUEST_ARGC: dict[int, int] = {
+    T.CAN_DO: 1,
+    T.CANT_DO: 1,
+    T.RESET_ABILITIES: 0,
+    T.PRE_SLEEP: 0,
+    T.SUBMIT_JOB: 3,
+    T.GRAB_JOB: 0,
+    T.WORK_STATUS: 3,
+    T.WORK_COMPLETE: 2,
+    T.WORK_FAIL: 1,
+    T.GET_STATUS: 1,
+    T.ECHO_REQ: 1,
+    T.SUBMIT_JOB_BG: 3,
+    T.SUBMIT_JOB_HIGH: 3,
+    T.SET_CLIENT_ID: 1,
+    T.CAN_DO_TIMEOUT: 2,
+    T.ALL_YOURS: 0,
+    T.WORK_EXCEPTION: 2,
+    T.OPTION_REQ: 1,
+    T.WORK_DATA: 2,
+    T.WORK_WARNING: 2,
+    T.GRAB_JOB_UNIQ: 0,
+    T.SUBMIT_JOB_HIGH_BG: 3,
+    T.SUBMIT_JOB_LOW: 3,
+    T.SUBMIT_JOB_LOW_BG: 3,
+    T.SUBMIT_JOB_SCHED: 8,
+    T.SUBMIT_JOB_EPOCH: 4,
+    T.SUBMIT_REDUCE_JOB: 5,
+    T.SUBMIT_REDUCE_JOB_BACKGROUND: 5,
+    T.GRAB_JOB_ALL: 0,
+    T.GET_STATUS_UNIQUE: 1,
+}
+
+#: Packets the server sends (magic \0RES), with their field counts.
+RESPONSE_ARGC: dict[int, int] = {
+    T.NOOP: 0,
+    T.JOB_CREATED: 1,
+    T.NO_JOB: 0,
+    T.JOB_ASSIGN: 3,
+    T.WORK_STATUS: 3,
+    T.WORK_COMPLETE: 2,
+    T.WORK_FAIL: 1,
+    T.ECHO_RES: 1,
+    T.ERROR: 2,
+    T.STATUS_RES: 5,
+    T.WORK_EXCEPTION: 2,
+    T.OPTION_RES: 1,
+    T.WORK_DATA: 2,
+    T.WORK_WARNING: 2,
+    T.JOB_ASSIGN_UNIQ: 4,
+    T.JOB_ASSIGN_ALL: 5,
+    T.STATUS_RES_UNIQUE: 6,
+}
+
+
+class Packet:
+    """One decoded binary packet: its type and its fields."""
+
+    __slots__ = ("args", "type")
+
+    def __init__(self, ptype: int, args: tuple[bytes, ...]) -> None:
+        self.type = ptype
+        self.args = args
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Packet) and (self.type, self.args) == (other.type, other.args)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.args))
+
+    def __repr__(self) -> str:
+        try:
+            name = PacketType(self.type).name
+        except ValueError:
+            name = str(self.type)
+        return f"Packet({name}, {self.args!r})"
+
+
+_pack = HEADER.pack
+
+
+def encode(ptype: int, *args: bytes) -> bytes:
+    """A server packet (\\0RES) with NUL-separated fields."""
+    body = b"\0".join(args)
+    return _pack(RES_MAGIC, ptype, len(body)) + body
+
+
+def encode_request(ptype: int, *args: bytes) -> bytes:
+    """A client or worker packet (\\0REQ); used by the SDK and tests."""
+    body = b"\0".join(args)
+    return _pack(REQ_MAGIC, ptype, len(body)) + body
+
+
+NOOP = encode(T.NOOP)
+NO_JOB = encode(T.NO_JOB)

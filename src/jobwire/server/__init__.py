@@ -1,0 +1,1 @@
+"""asyncio adapters: one per listener, thin between codecs and the engine."""

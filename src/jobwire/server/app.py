@@ -1,0 +1,107 @@
+"""Assemble and run a jobwire server: store, engine, listeners, signals, clean shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jobwire.engine import Engine, EngineConfig
+from jobwire.server.gearman import GearmanOptions, GearmanServer
+from jobwire.server.runtime import Runtime
+from jobwire.store.base import MemoryStore, Store
+
+log = logging.getLogger("jobwire")
+
+DEFAULT_STORE = "sqlite:jobwire-data/jobwire.db"
+
+
+@dataclass
+class ServerConfig:
+    listen: str = "127.0.0.1"
+    port: int = 4730
+    http_port: int | None = 8080
+    store: str = DEFAULT_STORE
+    backlog: int = 1024
+    pid_file: Path | None = None
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    gearman: GearmanOptions = field(default_factory=GearmanOptions)
+
+
+def open_store(spec: str) -> Store:
+    """`memory`, or `sqlite:PATH`."""
+    if spec == "memory":
+        return MemoryStore()
+    kind, _, path = spec.partition(":")
+    if kind == "sqlite" and path:
+        try:
+            from jobwire.store.sqlite import SQLiteStore  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise SystemExit(
+                "the sqlite store is not available in this build; use --store memory"
+            ) from exc
+        store: Store = SQLiteStore(Path(path))
+        return store
+    raise SystemExit(f"unknown store {spec!r}: use memory or sqlite:PATH")
+
+
+class Server:
+    """A running jobwire: call `serve()` and it returns after SIGTERM/SIGINT."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self._stop = asyncio.Event()
+        self._servers: list[asyncio.base_events.Server] = []
+
+    async def serve(self) -> None:
+        config = self.config
+        loop = asyncio.get_running_loop()
+        store = open_store(config.store)
+        engine = Engine(config.engine, store=store)
+        restored = engine.restore_from(store)
+        if restored:
+            log.info("restored %d jobs from the store", restored)
+        runtime = Runtime(engine, loop)
+        gearman = GearmanServer(runtime, config.gearman)
+        tcp = await loop.create_server(
+            gearman.protocol_factory,
+            host=config.listen,
+            port=config.port,
+            backlog=config.backlog,
+            reuse_address=True,
+        )
+        self._servers.append(tcp)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        if config.pid_file is not None:
+            config.pid_file.write_text(f"{os.getpid()}\n")
+        log.info("jobwire listening on %s:%d (gearman)", config.listen, config.port)
+        try:
+            await self._stop.wait()
+        finally:
+            log.info("shutting down")
+            for server in self._servers:
+                server.close()
+            # Give pending writes one turn to go out, then commit and close the store.
+            for conn in list(gearman.connections.values()):
+                conn.flush()
+            await asyncio.sleep(0)
+            runtime.close()
+            store.close()
+            if config.pid_file is not None:
+                config.pid_file.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def run(config: ServerConfig) -> None:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+        asyncio.run(Server(config).serve())
+    else:
+        uvloop.run(Server(config).serve())

@@ -1,0 +1,600 @@
+"""The Gearman listener: decode packets, call the engine, encode replies.
+
+One `GearmanConnection` per TCP connection. Every complete packet in a read is handled
+before anything is written, and each connection writes at most once per loop turn. A
+connection is a client (it may wait on foreground jobs) and a worker (it may hold jobs)
+at once, as in gearmand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from jobwire import __version__
+from jobwire.engine import (
+    PRIORITY_HIGH,
+    PRIORITY_LOW,
+    PRIORITY_NORMAL,
+    Dispatch,
+    Engine,
+    IllegalTransition,
+    Job,
+    JobEvent,
+    JobState,
+    QueueFull,
+    WorkerSession,
+)
+from jobwire.engine.schedule import next_run, parse_field
+from jobwire.protocols.gearman import admin
+from jobwire.protocols.gearman.decoder import AdminCommand, Decoder, ProtocolError
+from jobwire.protocols.gearman.packets import NO_JOB, NOOP, Packet, encode
+from jobwire.protocols.gearman.packets import PacketType as T
+from jobwire.server.runtime import Runtime
+
+log = logging.getLogger("jobwire.gearman")
+
+MAX_UNIQUE = 64
+MAX_CLIENT_ID = 127
+#: Output a peer leaves unread beyond this is a peer we stop serving.
+MAX_PENDING_OUTPUT = 256 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class GearmanOptions:
+    exceptions: bool = False  # forward WORK_EXCEPTION to every client (gearmand --exceptions)
+    max_packet: int = 64 * 1024 * 1024
+    keepalive: bool = False
+    keepalive_idle: int = 30
+    keepalive_interval: int = 10
+    keepalive_count: int = 5
+    verbose: str = "ERROR"
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _encode(text: str) -> bytes:
+    return text.encode("utf-8", "surrogateescape")
+
+
+class GearmanServer:
+    """Listener state shared by its connections."""
+
+    def __init__(self, runtime: Runtime, options: GearmanOptions) -> None:
+        self.runtime = runtime
+        self.engine: Engine = runtime.engine
+        self.options = options
+        self.connections: dict[int, GearmanConnection] = {}
+        self._next_conn_id = 0
+        self._names: dict[bytes, str] = {}
+
+    def name(self, raw: bytes) -> str:
+        """Function names repeat on every packet; decode each once."""
+        name = self._names.get(raw)
+        if name is None:
+            if len(self._names) > 65536:
+                self._names.clear()
+            name = self._names[raw] = _decode(raw)
+        return name
+
+    def connection_made(self, conn: GearmanConnection) -> int:
+        self._next_conn_id += 1
+        self.connections[self._next_conn_id] = conn
+        return self._next_conn_id
+
+    def connection_lost(self, conn: GearmanConnection) -> None:
+        self.connections.pop(conn.conn_id, None)
+
+    def protocol_factory(self) -> GearmanConnection:
+        return GearmanConnection(self)
+
+
+Handler = Callable[["GearmanConnection", tuple[bytes, ...]], None]
+
+
+class GearmanConnection(asyncio.Protocol):
+    """One client or worker connection."""
+
+    def __init__(self, server: GearmanServer) -> None:
+        self.server = server
+        self.engine = server.engine
+        self.decoder = Decoder(max_packet=server.options.max_packet)
+        self.transport: asyncio.Transport | None = None
+        self.out: list[bytes] = []
+        self.dirty = False
+        self.holding = False  # output waits for the store to make this batch durable
+        self.closing = False
+        self.conn_id = 0
+        self.fd = -1
+        self.peer_ip = "-"
+        self.client_id = "-"
+        self.exceptions = server.options.exceptions
+        self.worker: WorkerSession | None = None
+        self.waiting: dict[Job, None] = {}  # foreground jobs this client waits on
+
+    # ------------------------------------------------------------ transport events
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
+        self.conn_id = self.server.connection_made(self)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self.fd = sock.fileno()
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.server.options.keepalive:
+                    _set_keepalive(sock, self.server.options)
+            except OSError:
+                pass
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and peer:
+            self.peer_ip = str(peer[0])
+
+    def data_received(self, data: bytes) -> None:
+        store = self.engine.store
+        writes_before = store.write_count
+        for message in self.decoder.feed(data):
+            if type(message) is Packet:
+                handler = HANDLERS.get(message.type)
+                if handler is None:  # a request type with no handler: ALL_YOURS, UNUSED
+                    self.error("INVALID_COMMAND", "Command not expected")
+                    continue
+                try:
+                    handler(self, message.args)
+                except Exception:  # one bad request must not take the connection down
+                    log.exception("handling %r failed", message)
+                    self.error("SERVER_ERROR", "Internal error handling the request")
+            elif type(message) is AdminCommand:
+                self.admin(message)
+            else:
+                assert isinstance(message, ProtocolError)
+                self.error(message.code, message.text)
+                if message.fatal:
+                    self.close_after_flush()
+                    break
+        if store.write_count != writes_before and not self.holding:
+            # Acknowledge only what is durable: hold this connection's output until commit.
+            self.holding = True
+            store.after_commit(self._release)
+        self.flush()
+
+    def _release(self) -> None:
+        self.holding = False
+        self.flush()
+
+    def pause_writing(self) -> None:
+        # The peer reads slower than we answer: stop reading its requests until it catches up.
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None and not self.closing:
+            self.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self.server.connection_lost(self)
+        engine = self.engine
+        if self.worker is not None:
+            engine.remove_worker(self.worker)
+            self.worker = None
+        for job in list(self.waiting):
+            engine.unsubscribe(job, self)
+        self.waiting.clear()
+        self.out.clear()
+
+    # ------------------------------------------------------------ output
+
+    def send(self, data: bytes) -> None:
+        self.out.append(data)
+        if not self.dirty:
+            self.dirty = True
+            self.server.runtime.mark_dirty(self)
+
+    def flush(self) -> None:
+        self.dirty = False
+        if self.holding or not self.out:
+            return
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            self.out.clear()
+            return
+        data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
+        self.out.clear()
+        transport.write(data)
+        if self.closing:
+            transport.close()
+        elif transport.get_write_buffer_size() > MAX_PENDING_OUTPUT:
+            log.warning("closing %s: it does not read its replies", self.peer_ip)
+            transport.abort()
+
+    def error(self, code: str, text: str) -> None:
+        self.send(encode(T.ERROR, code.encode(), text.encode()))
+
+    def close_after_flush(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.pause_reading()
+        if not self.dirty:
+            self.dirty = True
+            self.server.runtime.mark_dirty(self)
+
+    # ------------------------------------------------------------ engine callbacks
+
+    def job_event(self, job: Job, event: JobEvent, data: bytes) -> None:
+        """Subscriber: a job this client waits on made progress or ended."""
+        handle = job.id.encode()
+        if event is JobEvent.COMPLETE:
+            self.send(encode(T.WORK_COMPLETE, handle, data))
+        elif event is JobEvent.DATA:
+            self.send(encode(T.WORK_DATA, handle, data))
+        elif event is JobEvent.STATUS:
+            self.send(encode(T.WORK_STATUS, handle, data))
+        elif event is JobEvent.WARNING:
+            self.send(encode(T.WORK_WARNING, handle, data))
+        elif event is JobEvent.EXCEPTION and self.exceptions:
+            self.send(encode(T.WORK_EXCEPTION, handle, data))
+        else:  # FAIL, or an exception this client did not ask to see
+            self.send(encode(T.WORK_FAIL, handle))
+        if event in (JobEvent.COMPLETE, JobEvent.FAIL, JobEvent.EXCEPTION):
+            self.waiting.pop(job, None)
+
+    def wake(self) -> None:
+        """WorkerHandler: work is waiting."""
+        self.send(NOOP)
+
+    def assign(self, job: Job) -> None:  # pragma: no cover - Gearman workers pull
+        raise AssertionError("Gearman workers are never pushed jobs")
+
+    def revoke(self, job: Job, reason: str) -> None:
+        """WorkerHandler: the job was taken back; a late result will get JOB_NOT_FOUND."""
+        log.info("job %s taken from %s: %s", job.id, self.peer_ip, reason)
+
+    # ------------------------------------------------------------ worker helpers
+
+    def session(self) -> WorkerSession:
+        worker = self.worker
+        if worker is None:
+            worker = self.worker = WorkerSession(
+                f"gearman:{self.conn_id}", self, protocol="gearman", dispatch=Dispatch.WAKE
+            )
+            worker.name = self.client_id
+            self.engine.add_worker(worker)
+        return worker
+
+    def held(self, raw_handle: bytes) -> Job | None:
+        worker = self.worker
+        job = worker.jobs.get(_decode(raw_handle)) if worker is not None else None
+        if job is None:
+            self.error("JOB_NOT_FOUND", "Job given in work result not found")
+        return job
+
+    # ------------------------------------------------------------ client packets
+
+    def submit(
+        self,
+        args: tuple[bytes, ...],
+        priority: int,
+        background: bool,
+        *,
+        run_at: float | None = None,
+        reducer: bytes | None = None,
+    ) -> None:
+        raw_function, raw_unique, payload = args[0], args[1], args[-1]
+        if len(raw_unique) > MAX_UNIQUE:
+            self.error("ARGUMENT_TOO_LARGE", "Unique value too large")
+            return
+        try:
+            job, _created = self.engine.submit(
+                self.server.name(raw_function),
+                payload,
+                unique=_decode(raw_unique) if raw_unique else None,
+                priority=priority,
+                background=background,
+                subscriber=None if background else self,
+                run_at=run_at,
+                reducer=_decode(reducer) if reducer else None,
+            )
+        except QueueFull as exc:
+            self.error("QUEUE_ERROR", str(exc))
+            return
+        if not background:
+            self.waiting[job] = None
+        self.send(encode(T.JOB_CREATED, job.id.encode()))
+
+    def submit_epoch(self, args: tuple[bytes, ...]) -> None:
+        raw_epoch = args[2]
+        if not raw_epoch.isdigit():
+            self.error("INVALID_ARGUMENT", "Epoch must be a decimal number of seconds")
+            return
+        self.submit(args, PRIORITY_NORMAL, True, run_at=float(int(raw_epoch)))
+
+    def submit_sched(self, args: tuple[bytes, ...]) -> None:
+        """Run at the next minute matching the crontab-like fields (gearmand refuses this)."""
+        try:
+            fields = [
+                parse_field(name, raw)
+                for name, raw in zip(
+                    ("minute", "hour", "mday", "month", "wday"), args[2:7], strict=True
+                )
+            ]
+            when = next_run(self.engine.clock(), *fields)
+        except ValueError as exc:
+            self.error("INVALID_ARGUMENT", str(exc))
+            return
+        self.submit(args, PRIORITY_NORMAL, True, run_at=when)
+
+    def get_status(self, args: tuple[bytes, ...]) -> None:
+        job = self.engine.jobs.get(_decode(args[0]))
+        known, running, numerator, denominator = _status_fields(job)
+        self.send(encode(T.STATUS_RES, args[0], known, running, numerator, denominator))
+
+    def get_status_unique(self, args: tuple[bytes, ...]) -> None:
+        unique = _decode(args[0])
+        job = None
+        if unique:
+            uniques = self.engine.uniques
+            for name in self.engine.functions:
+                job = uniques.get((name, unique))
+                if job is not None:
+                    break
+        known, running, numerator, denominator = _status_fields(job)
+        clients = str(len(job.subscribers or ())) if job is not None else "0"
+        self.send(
+            encode(
+                T.STATUS_RES_UNIQUE,
+                args[0],
+                known,
+                running,
+                numerator,
+                denominator,
+                clients.encode(),
+            )
+        )
+
+    def option(self, args: tuple[bytes, ...]) -> None:
+        if args[0] == b"exceptions":
+            self.exceptions = True
+            self.send(encode(T.OPTION_RES, args[0]))
+        else:
+            self.error("UNKNOWN_OPTION", "Server does not recognize given option")
+
+    def set_client_id(self, args: tuple[bytes, ...]) -> None:
+        self.client_id = _decode(args[0][:MAX_CLIENT_ID]) or "-"
+        if self.worker is not None:
+            self.worker.name = self.client_id
+
+    # ------------------------------------------------------------ worker packets
+
+    def can_do(self, args: tuple[bytes, ...]) -> None:
+        self.engine.add_ability(self.session(), self.server.name(args[0]))
+
+    def can_do_timeout(self, args: tuple[bytes, ...]) -> None:
+        raw_timeout = args[1]
+        if not raw_timeout.isdigit():
+            self.error("INVALID_ARGUMENT", "Timeout must be a decimal number of milliseconds")
+            return
+        timeout_ms = int(raw_timeout)
+        self.engine.add_ability(
+            self.session(), self.server.name(args[0]), timeout_ms / 1000 if timeout_ms else None
+        )
+
+    def cant_do(self, args: tuple[bytes, ...]) -> None:
+        if self.worker is not None:
+            self.engine.remove_ability(self.worker, self.server.name(args[0]))
+
+    def reset_abilities(self, args: tuple[bytes, ...]) -> None:
+        if self.worker is not None:
+            self.engine.reset_abilities(self.worker)
+
+    def pre_sleep(self, args: tuple[bytes, ...]) -> None:
+        if self.engine.sleep(self.session()):
+            self.send(NOOP)
+
+    def grab(self, args: tuple[bytes, ...], kind: int) -> None:
+        job = self.engine.grab(self.session())
+        if job is None:
+            self.send(NO_JOB)
+            return
+        handle = job.id.encode()
+        function = _encode(job.function)
+        if kind == T.GRAB_JOB:
+            self.send(encode(T.JOB_ASSIGN, handle, function, job.payload))
+            return
+        unique = _encode(job.unique or "")
+        if kind == T.GRAB_JOB_ALL and job.reducer is not None:
+            self.send(
+                encode(
+                    T.JOB_ASSIGN_ALL, handle, function, unique, _encode(job.reducer), job.payload
+                )
+            )
+        else:
+            self.send(encode(T.JOB_ASSIGN_UNIQ, handle, function, unique, job.payload))
+
+    def work_status(self, args: tuple[bytes, ...]) -> None:
+        job = self.held(args[0])
+        if job is not None:
+            self.engine.progress(job, args[1], args[2])
+
+    def work_forward(self, args: tuple[bytes, ...], event: JobEvent) -> None:
+        job = self.held(args[0])
+        if job is not None:
+            self.engine.forward(job, event, args[1])
+
+    def work_complete(self, args: tuple[bytes, ...]) -> None:
+        job = self.held(args[0])
+        if job is not None:
+            self.engine.complete(job, args[1])
+
+    def work_fail(self, args: tuple[bytes, ...]) -> None:
+        job = self.held(args[0])
+        if job is not None:
+            self.engine.fail(job, "WORK_FAIL")
+
+    def work_exception(self, args: tuple[bytes, ...]) -> None:
+        job = self.held(args[0])
+        if job is not None:
+            self.engine.exception(job, args[1])
+
+    # ------------------------------------------------------------ admin text protocol
+
+    def admin(self, command: AdminCommand) -> None:
+        self.send(admin_reply(self.server, command))
+
+
+def _status_fields(job: Job | None) -> tuple[bytes, bytes, bytes, bytes]:
+    if job is None or job.state.terminal:
+        return b"0", b"0", b"0", b"0"
+    running = b"1" if job.state is JobState.ACTIVE else b"0"
+    numerator, denominator = job.progress or (b"0", b"0")
+    return b"1", running, numerator, denominator
+
+
+def _band_counts(fn: Any) -> tuple[int, int, int]:
+    high = normal = low = 0
+    for lane in fn.lanes.values():
+        h, n, lo = lane.count_by_level()
+        high, normal, low = high + h, normal + n, low + lo
+    return high, normal, low
+
+
+def admin_reply(server: GearmanServer, command: AdminCommand) -> bytes:
+    """The whole reply to one admin line (sent in one write)."""
+    engine = server.engine
+    args = command.args
+    name = command.name
+    if name == "status":
+        return admin.status(
+            (fn.name, fn.total, fn.running, len(fn.workers)) for fn in engine.functions.values()
+        )
+    if name == "prioritystatus":
+        return admin.priority_status(
+            (fn.name, *_band_counts(fn), len(fn.workers)) for fn in engine.functions.values()
+        )
+    if name == "workers":
+        return admin.workers(
+            (conn.fd, conn.peer_ip, conn.client_id, conn.worker.abilities if conn.worker else ())
+            for conn in server.connections.values()
+        )
+    if name == "show":
+        what = " ".join(arg.lower() for arg in args[1:])
+        if what == "jobs":
+            # PERSISTED is 1 for background jobs, as gearmand shows even without a queue store.
+            return admin.show_jobs(
+                (
+                    job.id,
+                    max(job.attempts - (job.state is JobState.ACTIVE), 0),
+                    0,
+                    int(job.background),
+                )
+                for job in engine.jobs.values()
+                if not job.state.terminal
+            )
+        if what == "unique jobs":
+            return admin.show_unique_jobs(
+                job.unique or "" for job in engine.jobs.values() if not job.state.terminal
+            )
+        return admin.UNKNOWN_SHOW
+    if name == "cancel" and len(args) >= 3 and args[1].lower() == "job":
+        job = engine.jobs.get(args[2])
+        if job is None or job.state.terminal:
+            return admin.UNKNOWN_JOB
+        engine.cancel(job)
+        return admin.OK
+    if name == "create" and len(args) >= 3 and args[1].lower() == "function":
+        engine.function(args[2])
+        return admin.OK
+    if name == "drop" and len(args) >= 3 and args[1].lower() == "function":
+        try:
+            engine.drop_function(args[2])
+        except KeyError:
+            return admin.DROP_UNKNOWN
+        except IllegalTransition:
+            return admin.DROP_BUSY
+        return admin.OK
+    if name == "maxqueue":
+        return _maxqueue(engine, args)
+    if name == "getpid":
+        return admin.ok_value(str(os.getpid()))
+    if name == "verbose":
+        return admin.ok_value(server.options.verbose)
+    if name == "version":
+        return admin.ok_value(__version__)
+    return admin.unknown_command(_decode(command.line))
+
+
+def _maxqueue(engine: Engine, args: list[str]) -> bytes:
+    if len(args) < 2:
+        return admin.INCOMPLETE_MAXQUEUE
+    values: list[int] = []
+    for raw in args[2:5]:
+        try:
+            values.append(int(raw))
+        except ValueError:
+            values.append(0)
+    if not values:
+        high = normal = low = 0
+    elif len(values) < 3:
+        high = normal = low = values[0]
+    else:
+        high, normal, low = values
+    engine.set_max_queue(args[1], high, normal, low)
+    return admin.OK_MAXQUEUE
+
+
+def _set_keepalive(sock: socket.socket, options: GearmanOptions) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_KEEPIDLE"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, options.keepalive_idle)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, options.keepalive_interval)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, options.keepalive_count)
+
+
+def _submitter(priority: int, background: bool) -> Handler:
+    return lambda conn, args: conn.submit(args, priority, background)
+
+
+def _reducer(background: bool) -> Handler:
+    # libgearman's layout: FUNCTION, UNIQUE, REDUCER, AGGREGATOR (always empty), DATA.
+    return lambda conn, args: conn.submit(args, PRIORITY_NORMAL, background, reducer=args[2])
+
+
+HANDLERS: dict[int, Handler] = {
+    T.SUBMIT_JOB: _submitter(PRIORITY_NORMAL, False),
+    T.SUBMIT_JOB_BG: _submitter(PRIORITY_NORMAL, True),
+    T.SUBMIT_JOB_HIGH: _submitter(PRIORITY_HIGH, False),
+    T.SUBMIT_JOB_HIGH_BG: _submitter(PRIORITY_HIGH, True),
+    T.SUBMIT_JOB_LOW: _submitter(PRIORITY_LOW, False),
+    T.SUBMIT_JOB_LOW_BG: _submitter(PRIORITY_LOW, True),
+    T.SUBMIT_JOB_EPOCH: GearmanConnection.submit_epoch,
+    T.SUBMIT_JOB_SCHED: GearmanConnection.submit_sched,
+    T.SUBMIT_REDUCE_JOB: _reducer(False),
+    T.SUBMIT_REDUCE_JOB_BACKGROUND: _reducer(True),
+    T.GET_STATUS: GearmanConnection.get_status,
+    T.GET_STATUS_UNIQUE: GearmanConnection.get_status_unique,
+    T.ECHO_REQ: lambda conn, args: conn.send(encode(T.ECHO_RES, args[0])),
+    T.OPTION_REQ: GearmanConnection.option,
+    T.SET_CLIENT_ID: GearmanConnection.set_client_id,
+    T.CAN_DO: GearmanConnection.can_do,
+    T.CAN_DO_TIMEOUT: GearmanConnection.can_do_timeout,
+    T.CANT_DO: GearmanConnection.cant_do,
+    T.RESET_ABILITIES: GearmanConnection.reset_abilities,
+    T.PRE_SLEEP: GearmanConnection.pre_sleep,
+    T.GRAB_JOB: lambda conn, args: conn.grab(args, T.GRAB_JOB),
+    T.GRAB_JOB_UNIQ: lambda conn, args: conn.grab(args, T.GRAB_JOB_UNIQ),
+    T.GRAB_JOB_ALL: lambda conn, args: conn.grab(args, T.GRAB_JOB_ALL),
+    T.WORK_STATUS: GearmanConnection.work_status,
+    T.WORK_DATA: lambda conn, args: conn.work_forward(args, JobEvent.DATA),
+    T.WORK_WARNING: lambda conn, args: conn.work_forward(args, JobEvent.WARNING),
+    T.WORK_COMPLETE: GearmanConnection.work_complete,
+    T.WORK_FAIL: GearmanConnection.work_fail,
+    T.WORK_EXCEPTION: GearmanConnection.work_exception,
+}

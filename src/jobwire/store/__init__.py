@@ -1,0 +1,1 @@
+"""Durability behind a small interface; see `jobwire.store.base`."""

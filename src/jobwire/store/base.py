@@ -1,0 +1,83 @@
+"""The store interface the engine logs job changes to.
+
+The engine calls the `job_*` hooks synchronously as state changes; a store collects them
+and commits them together (group commit). Adapters hold back acknowledgements until
+`after_commit` fires, so a client is told "accepted" only once its job is durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from jobwire.engine.job import Job
+
+
+@dataclass(slots=True)
+class StoredJob:
+    """What a store gives back on replay: enough to rebuild the job."""
+
+    id: str
+    function: str
+    queue: str
+    unique: str | None
+    payload: bytes
+    priority: int
+    state: int
+    attempts: int
+    max_attempts: int | None
+    run_at: float | None
+    created_at: float
+    reducer: str | None = None
+    ext: bytes | None = None  # protocol-specific attributes, serialized by their owner
+
+
+class Store(Protocol):
+    #: False for the memory store: the engine then skips every hook on the hot path.
+    durable: bool
+    #: Grows with every hook call; adapters compare it to learn whether a batch wrote.
+    write_count: int
+
+    def load(self) -> Iterable[StoredJob]:
+        """Every job to resume, in their original enqueue order."""
+
+    def job_saved(self, job: Job) -> None:
+        """Insert or replace the job's row (new job, new attempt, new run_at)."""
+
+    def job_removed(self, job: Job) -> None:
+        """The job reached a terminal state and need not be resumed."""
+
+    def pending(self) -> bool:
+        """True while some hook's write is not yet durable."""
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once everything written so far is durable (or has failed)."""
+
+    def close(self) -> None:
+        """Commit what is pending and release the file."""
+
+
+class MemoryStore:
+    """Keeps nothing: jobs live only as long as the process."""
+
+    durable = False
+    write_count = 0
+
+    def load(self) -> Iterable[StoredJob]:
+        return ()
+
+    def job_saved(self, job: Job) -> None:
+        pass
+
+    def job_removed(self, job: Job) -> None:
+        pass
+
+    def pending(self) -> bool:
+        return False
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        callback()
+
+    def close(self) -> None:
+        pass
