@@ -66,6 +66,8 @@ class Server:
             log.info("restored %d jobs from the store", restored)
         runtime = Runtime(engine, loop)
         gearman = GearmanServer(runtime, config.gearman)
+        if config.pid_file is not None:
+            config.pid_file.write_text(f"{os.getpid()}\n")
         tcp = await loop.create_server(
             gearman.protocol_factory,
             host=config.listen,
@@ -76,8 +78,6 @@ class Server:
         self._servers.append(tcp)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
-        if config.pid_file is not None:
-            config.pid_file.write_text(f"{os.getpid()}\n")
         log.info("jobwire listening on %s:%d (gearman)", config.listen, config.port)
         try:
             await self._stop.wait()

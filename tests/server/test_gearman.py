@@ -1,0 +1,202 @@
+"""The Gearman listener against a real jobwire process: behaviour beyond gearmand's.
+
+Ordering across connections is established with ECHO round trips (a connection's requests
+are handled in order), never with sleeps. Waits for timers use generous deadlines only as
+a safety net.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.interop.gearman_raw import Cmd, GearmanSocket, admin, list_lines, pack
+from tests.servers import ServerProcess, start_jobwire
+
+
+def sync(conn: GearmanSocket) -> list[Cmd]:
+    """Wait until the server handled everything sent on `conn`; return what came before."""
+    conn.send(Cmd.ECHO_REQ, b"sync")
+    before = []
+    while (packet := conn.recv()).type != Cmd.ECHO_RES:
+        before.append(packet.type)
+    return before
+
+
+def sleeping_worker(server: ServerProcess, function: str) -> GearmanSocket:
+    worker = GearmanSocket(server)
+    worker.send(Cmd.CAN_DO, function)
+    worker.send(Cmd.PRE_SLEEP)
+    sync(worker)
+    return worker
+
+
+@pytest.fixture
+def server_with(request: pytest.FixtureRequest) -> Iterator[ServerProcess]:
+    marker = request.node.get_closest_marker("server_args")
+    args = list(marker.args) if marker else []
+    server = start_jobwire(["--job-handle-prefix", "H:t", *args])
+    yield server
+    assert server.stop() == 0, server.log()
+
+
+def test_one_job_wakes_one_sleeper(server_with: ServerProcess) -> None:
+    sleepers = [sleeping_worker(server_with, "f") for _ in range(5)]
+    with GearmanSocket(server_with) as client:
+        client.submit_bg("f", "x")
+    with GearmanSocket(server_with) as client:
+        sync(client)  # the submit and its wake-ups are done
+    # Each worker's NOOP, if any, arrives before the answer to its ECHO.
+    woken = [worker for worker in sleepers if sync(worker) == [Cmd.NOOP]]
+    assert len(woken) == 1
+
+
+@pytest.mark.server_args("-w", "0")
+def test_worker_wakeup_zero_wakes_all(server_with: ServerProcess) -> None:
+    sleepers = [sleeping_worker(server_with, "f") for _ in range(3)]
+    with GearmanSocket(server_with) as client:
+        client.submit_bg("f", "x")
+    for worker in sleepers:
+        assert worker.recv().type == Cmd.NOOP
+
+
+def test_epoch_job_wakes_sleeper_when_due(server_with: ServerProcess) -> None:
+    worker = sleeping_worker(server_with, "later")
+    with GearmanSocket(server_with) as client:
+        due = int(time.time()) + 1
+        client.request(
+            Cmd.SUBMIT_JOB_EPOCH, "later", "", str(due), "payload", reply=Cmd.JOB_CREATED
+        )
+    assert worker.recv().type == Cmd.NOOP  # arrives once due, without polling
+    assert time.time() >= due - 0.01
+    assigned = worker.grab()
+    assert assigned.args[-1] == b"payload"
+
+
+def test_sched_job_is_accepted_and_scheduled(server_with: ServerProcess) -> None:
+    with GearmanSocket(server_with) as client:
+        created = client.request(
+            Cmd.SUBMIT_JOB_SCHED, "cron", "", "", "", "", "", "", "data", reply=Cmd.JOB_CREATED
+        )
+        handle = created.args[0]
+        status = client.request(Cmd.GET_STATUS, handle, reply=Cmd.STATUS_RES)
+        assert status.args[1:3] == (b"1", b"0")
+        # Not runnable before the next whole minute.
+        worker = GearmanSocket(server_with)
+        worker.send(Cmd.CAN_DO, "cron")
+        assert worker.grab().type == Cmd.NO_JOB
+        bad = client.request(
+            Cmd.SUBMIT_JOB_SCHED, "cron", "", "61", "", "", "", "", "d", reply=Cmd.ERROR
+        )
+        assert bad.args[0] == b"INVALID_ARGUMENT"
+
+
+def test_can_do_timeout_requeues_and_late_result_is_rejected(server_with: ServerProcess) -> None:
+    slow = GearmanSocket(server_with)
+    slow.send(Cmd.CAN_DO_TIMEOUT, "t", "100")
+    with GearmanSocket(server_with) as client:
+        handle = client.submit_bg("t", "x")
+        assigned = slow.grab()
+        assert assigned.args[0].decode() == handle
+        # Another worker gets the job once the lease runs out.
+        other = sleeping_worker(server_with, "t")
+        assert other.recv().type == Cmd.NOOP
+        again = other.grab()
+        assert again.args[0].decode() == handle
+        slow.send(Cmd.WORK_COMPLETE, handle, "late")
+        error = slow.expect(Cmd.ERROR)
+        assert error.args[0] == b"JOB_NOT_FOUND"
+        jobs = list_lines(admin(server_with, "show jobs"))
+        assert jobs == [f"{handle}\t1\t0\t1"]
+
+
+@pytest.mark.server_args("--job-retries", "2")
+def test_job_retries_exhausted_fails_clients(server_with: ServerProcess) -> None:
+    with GearmanSocket(server_with) as client:
+        handle = client.submit_fg("crash", "x")
+        for _ in range(2):
+            worker = GearmanSocket(server_with)
+            worker.send(Cmd.CAN_DO, "crash")
+            assert worker.grab().args[0].decode() == handle
+            worker.close()  # dies mid-job
+        fail = client.expect(Cmd.WORK_FAIL)
+        assert fail.args[0].decode() == handle
+    assert list_lines(admin(server_with, "show jobs")) == []
+
+
+def test_background_job_survives_coalesced_foreground_client(server_with: ServerProcess) -> None:
+    with GearmanSocket(server_with) as client:
+        handle = client.submit_bg("f", "x", unique="u1")
+        fg = GearmanSocket(server_with)
+        assert fg.submit_fg("f", "x", unique="u1") == handle
+        fg.close()
+        sync(client)
+        worker = GearmanSocket(server_with)
+        worker.send(Cmd.CAN_DO, "f")
+        assert worker.grab().args[0].decode() == handle
+
+
+def test_foreground_job_dropped_when_its_only_client_leaves(server_with: ServerProcess) -> None:
+    fg = GearmanSocket(server_with)
+    fg.submit_fg("f", "x")
+    fg.close()
+    with GearmanSocket(server_with) as worker:
+        worker.send(Cmd.CAN_DO, "f")
+        # The server handles the close before later requests on other connections only
+        # eventually; poll the queue rather than race it.
+        deadline = time.monotonic() + 30
+        while list_lines(admin(server_with, "show jobs")) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert worker.grab().type == Cmd.NO_JOB
+
+
+def test_bad_input_closes_only_that_connection(server_with: ServerProcess) -> None:
+    with GearmanSocket(server_with) as good:
+        handle = good.submit_bg("f", "x")
+        bad = socket.create_connection(("127.0.0.1", server_with.port))
+        bad.sendall(b"\0BAD" + b"\0" * 8)
+        reply = bad.recv(4096)
+        assert b"INVALID_MAGIC" in reply
+        assert bad.recv(4096) == b""  # closed
+        bad.close()
+        status = good.request(Cmd.GET_STATUS, handle, reply=Cmd.STATUS_RES)
+        assert status.args[1] == b"1"
+
+
+@pytest.mark.server_args("--max-packet-size", "1024")
+def test_oversized_packet_is_refused_without_buffering(server_with: ServerProcess) -> None:
+    bad = socket.create_connection(("127.0.0.1", server_with.port))
+    bad.sendall(pack(Cmd.SUBMIT_JOB_BG, "f", "", b"x" * 2000))
+    reply = bad.recv(4096)
+    assert b"ARGUMENT_TOO_LARGE" in reply
+    bad.close()
+    with GearmanSocket(server_with) as good:
+        sync(good)
+
+
+def test_endless_admin_line_is_cut_off(server_with: ServerProcess) -> None:
+    bad = socket.create_connection(("127.0.0.1", server_with.port))
+    bad.sendall(b"x" * 100_000)
+    reply = bad.recv(4096)
+    assert b"ARGUMENT_TOO_LARGE" in reply
+    bad.close()
+
+
+def test_sigterm_exits_cleanly_and_removes_pid_file(tmp_path: os.PathLike[str]) -> None:
+    pid_file = os.path.join(tmp_path, "jobwire.pid")
+    server = start_jobwire(["--pid-file", pid_file])
+    try:
+        with open(pid_file) as f:
+            assert int(f.read()) == server.proc.pid
+        with GearmanSocket(server) as client:
+            client.submit_bg("f", "x")
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(30) == 0
+        assert not os.path.exists(pid_file)
+    finally:
+        server.kill()
