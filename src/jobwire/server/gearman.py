@@ -39,6 +39,11 @@ from jobwire.server.runtime import Runtime
 
 log = logging.getLogger("jobwire.gearman")
 
+# gearmand's JOB_NOT_FOUND texts differ by packet; clients may match on them.
+NOT_HELD = "Job given in work result not found"
+NOT_ON_SERVER = "Job does not exist on server"
+EXCEPTION_NOT_FOUND = "An exception was received for a job that does not exist"
+
 MAX_UNIQUE = 64
 MAX_CLIENT_ID = 127
 #: Output a peer leaves unread beyond this is a peer we stop serving.
@@ -270,11 +275,12 @@ class GearmanConnection(asyncio.Protocol):
             self.engine.add_worker(worker)
         return worker
 
-    def held(self, raw_handle: bytes) -> Job | None:
+    def held(self, raw_handle: bytes, not_found: str = NOT_HELD) -> Job | None:
+        """The job this connection holds under the handle, or None after an ERROR."""
         worker = self.worker
         job = worker.jobs.get(_decode(raw_handle)) if worker is not None else None
         if job is None:
-            self.error("JOB_NOT_FOUND", "Job given in work result not found")
+            self.error("JOB_NOT_FOUND", not_found)
         return job
 
     # ------------------------------------------------------------ client packets
@@ -421,11 +427,16 @@ class GearmanConnection(asyncio.Protocol):
 
     def work_status(self, args: tuple[bytes, ...]) -> None:
         job = self.held(args[0])
-        if job is not None:
-            self.engine.progress(job, args[1], args[2])
+        if job is None:
+            return
+        if not (args[1].isdigit() and args[2].isdigit()):
+            # gearmand forwards junk and reports 0/0; tell the worker instead.
+            self.error("INVALID_ARGUMENT", "WORK_STATUS needs decimal numerator and denominator")
+            return
+        self.engine.progress(job, args[1], args[2])
 
     def work_forward(self, args: tuple[bytes, ...], event: JobEvent) -> None:
-        job = self.held(args[0])
+        job = self.held(args[0], NOT_ON_SERVER)
         if job is not None:
             self.engine.forward(job, event, args[1])
 
@@ -440,7 +451,7 @@ class GearmanConnection(asyncio.Protocol):
             self.engine.fail(job, "WORK_FAIL")
 
     def work_exception(self, args: tuple[bytes, ...]) -> None:
-        job = self.held(args[0])
+        job = self.held(args[0], EXCEPTION_NOT_FOUND)
         if job is not None:
             self.engine.exception(job, args[1])
 
@@ -484,7 +495,7 @@ def admin_reply(server: GearmanServer, command: AdminCommand) -> bytes:
             (conn.fd, conn.peer_ip, conn.client_id, conn.worker.abilities if conn.worker else ())
             for conn in server.connections.values()
         )
-    if name == "show":
+    if name == "show" and len(args) > 1:
         what = " ".join(arg.lower() for arg in args[1:])
         if what == "jobs":
             # PERSISTED is 1 for background jobs, as gearmand shows even without a queue store.
@@ -509,6 +520,8 @@ def admin_reply(server: GearmanServer, command: AdminCommand) -> bytes:
             return admin.UNKNOWN_JOB
         engine.cancel(job)
         return admin.OK
+    if name in ("create", "drop") and len(args) == 2 and args[1].lower() == "function":
+        return admin.incomplete(name)
     if name == "create" and len(args) >= 3 and args[1].lower() == "function":
         engine.function(args[2])
         return admin.OK
@@ -528,12 +541,12 @@ def admin_reply(server: GearmanServer, command: AdminCommand) -> bytes:
         return admin.ok_value(server.options.verbose)
     if name == "version":
         return admin.ok_value(__version__)
-    return admin.unknown_command(_decode(command.line))
+    return admin.unknown_command(args[0] if args else "")
 
 
 def _maxqueue(engine: Engine, args: list[str]) -> bytes:
     if len(args) < 2:
-        return admin.INCOMPLETE_MAXQUEUE
+        return admin.incomplete("maxqueue")
     values: list[int] = []
     for raw in args[2:5]:
         try:

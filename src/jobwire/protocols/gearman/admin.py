@@ -21,7 +21,8 @@ def err(code: str, text: str = "") -> bytes:
 
 
 def unknown_command(command: str) -> bytes:
-    return err("UNKNOWN_COMMAND", "Unknown+server+command" + command.replace(" ", "+"))
+    """gearmand names only the first word of the line."""
+    return err("UNKNOWN_COMMAND", "Unknown+server+command" + command)
 
 
 def ok_value(value: str) -> bytes:
@@ -67,10 +68,13 @@ def show_unique_jobs(uniques: Iterable[str]) -> bytes:
     return _listing(f"{unique}\n" for unique in uniques)
 
 
-INCOMPLETE_MAXQUEUE = err(
-    "INVALID_ARGUMENTS",
-    "An+incomplete+set+of+arguments+was+sent+to+this+command+maxqueue",
-)
+def incomplete(command: str) -> bytes:
+    """A command given too few arguments (maxqueue, create/drop function)."""
+    return err(
+        "INVALID_ARGUMENTS", "An+incomplete+set+of+arguments+was+sent+to+this+command+" + command
+    )
+
+
 UNKNOWN_JOB = err("UNKNOWN_JOB")
 UNKNOWN_SHOW = err("UNKNOWN_SHOW_ARGUMENTS")
 DROP_BUSY = b"ERR there are still connected workers or executing clients\r\n"

@@ -16,6 +16,7 @@ from jobwire.protocols.gearman.packets import (
     RES_MAGIC,
     RESPONSE_ARGC,
     Packet,
+    PacketType,
 )
 
 DEFAULT_MAX_PACKET = 64 * 1024 * 1024
@@ -71,6 +72,9 @@ class AdminCommand:
 
 Message = Packet | AdminCommand | ProtocolError
 
+MAX_PACKET_TYPE = max(PacketType)
+NOT_EXPECTED = ProtocolError("INVALID_COMMAND", "Command not expected", fatal=False)
+
 _unpack_header = HEADER.unpack_from
 
 
@@ -81,7 +85,7 @@ class Decoder:
         "_argc",
         "_buf",
         "_magic",
-        "_other_argc",
+        "_other_magic",
         "_text",
         "failed",
         "max_line",
@@ -100,9 +104,9 @@ class Decoder:
         self.max_line = max_line
         self.failed = False
         if server_side:
-            self._magic, self._argc, self._other_argc = REQ_MAGIC, REQUEST_ARGC, RESPONSE_ARGC
+            self._magic, self._other_magic, self._argc = REQ_MAGIC, RES_MAGIC, REQUEST_ARGC
         else:
-            self._magic, self._argc, self._other_argc = RES_MAGIC, RESPONSE_ARGC, REQUEST_ARGC
+            self._magic, self._other_magic, self._argc = RES_MAGIC, REQ_MAGIC, RESPONSE_ARGC
         self._text = server_side  # only servers accept admin lines
 
     @property
@@ -122,14 +126,15 @@ class Decoder:
         magic_expected = self._magic
         while pos < end_of_data:
             if buf[pos] != 0:
-                pos = self._text_line(buf, pos, out)
-                if pos < 0:
+                after_line = self._text_line(buf, pos, out)
+                if after_line < 0:  # incomplete line, or a fatal error
                     break
+                pos = after_line
                 continue
             if end_of_data - pos < HEADER_SIZE:
                 break
             magic, ptype, size = _unpack_header(buf, pos)
-            if magic != magic_expected:
+            if magic != magic_expected and magic != self._other_magic:
                 out.append(self._fail("INVALID_MAGIC", "Request magic expected"))
                 break
             if size > self.max_packet:
@@ -141,13 +146,17 @@ class Decoder:
             end = start + size
             if end > end_of_data:
                 break
+            if magic != magic_expected:
+                # The other side's magic: framed correctly, so skip it and carry on (gearmand).
+                pos = end
+                out.append(ProtocolError("INVALID_MAGIC", "Request magic expected", fatal=False))
+                continue
             argc = argc_table.get(ptype)
             if argc is None:
                 pos = end
-                if ptype in self._other_argc:
-                    out.append(
-                        ProtocolError("INVALID_COMMAND", "Command not expected", fatal=False)
-                    )
+                if 0 < ptype <= MAX_PACKET_TYPE:
+                    # A known type that only flows the other way, or the unused type 5.
+                    out.append(NOT_EXPECTED)
                     continue
                 out.append(self._fail("INVALID_COMMAND", f"Unknown packet type {ptype}"))
                 break
