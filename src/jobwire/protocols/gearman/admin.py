@@ -17,7 +17,9 @@ END = b".\n"
 
 
 def err(code: str, text: str = "") -> bytes:
-    return f"ERR {code} {text}\r\n".encode() if text else f"ERR {code}\r\n".encode()
+    """`text` may echo what the peer sent, undecodable bytes included (surrogateescape)."""
+    line = f"ERR {code} {text}\r\n" if text else f"ERR {code}\r\n"
+    return line.encode("utf-8", "surrogateescape")
 
 
 def unknown_command(command: str) -> bytes:
