@@ -1,0 +1,29 @@
+"""The Python SDK: Gearman clients and workers for jobwire and gearmand."""
+
+from jobwire.sdk.client import AsyncClient, Client, Handle, JobStatus, Update
+from jobwire.sdk.errors import (
+    JobException,
+    JobFailed,
+    JobwireError,
+    ServerError,
+    ServerUnavailable,
+    Timeout,
+)
+from jobwire.sdk.worker import Job, Worker, WorkerState
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "Handle",
+    "Job",
+    "JobException",
+    "JobFailed",
+    "JobStatus",
+    "JobwireError",
+    "ServerError",
+    "ServerUnavailable",
+    "Timeout",
+    "Update",
+    "Worker",
+    "WorkerState",
+]

@@ -1,0 +1,44 @@
+"""What the SDK raises. Everything derives from `JobwireError`."""
+
+from __future__ import annotations
+
+
+class JobwireError(Exception):
+    """Base class of every SDK error."""
+
+
+class JobFailed(JobwireError):
+    """The job failed (WORK_FAIL): its task failed, timed out, or was cut off at shutdown."""
+
+    def __init__(self, handle: str, message: str = "") -> None:
+        super().__init__(message or f"job {handle} failed")
+        self.handle = handle
+
+
+class JobException(JobFailed):
+    """The job's task raised (WORK_EXCEPTION); `data` is what the worker reported.
+
+    A subclass of `JobFailed`, so `except JobFailed` catches both.
+    """
+
+    def __init__(self, handle: str, data: bytes) -> None:
+        text = data.decode("utf-8", "replace")
+        super().__init__(handle, f"job {handle} raised: {text}")
+        self.data = data
+
+
+class Timeout(JobwireError, TimeoutError):
+    """The job did not finish within the caller's `timeout`. It may still run on the server."""
+
+
+class ServerUnavailable(JobwireError, ConnectionError):
+    """No server accepted the request within the client's timeout and retries."""
+
+
+class ServerError(JobwireError):
+    """The server refused a request with an ERROR packet (e.g. QUEUE_ERROR: queue full)."""
+
+    def __init__(self, code: str, text: str) -> None:
+        super().__init__(f"{code}: {text}")
+        self.code = code
+        self.text = text

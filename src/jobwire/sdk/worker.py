@@ -1,0 +1,559 @@
+"""The Gearman worker: runs tasks for jobs from every server it is given.
+
+Shape (many-to-many): one connection per server, one shared budget of `concurrency` job slots.
+A connection only sends GRAB_JOB_UNIQ while a slot is free (a GRAB in flight reserves one), so the
+worker never holds more than `concurrency` jobs; after NO_JOB it sends PRE_SLEEP and waits for the
+server's NOOP. It never polls. A NOOP that arrives while all slots are busy is remembered and acted
+on when a slot frees.
+
+Reliability (Paranoid Pirate, ZeroMQ guide ch. 4): every connection heartbeats (see
+`connection.py`); a connection that drops or stops answering is reopened after an exponential
+backoff (`reconnect_base` doubling up to `reconnect_cap`, reset once a connection works) and the
+abilities are registered again. A job whose connection died while it ran still finishes, but its
+result cannot be delivered: the server has requeued the job, which will run again (at least once).
+
+Lifecycle (Open Job Spec worker protocol): running -> quiet -> terminate -> terminated.
+SIGTERM/SIGINT: quiet, wait up to `grace_period` for running jobs, WORK_FAIL the rest, exit.
+SIGTSTP: quiet; SIGCONT: running again. Quiet sends RESET_ABILITIES, so servers see no worker for
+the functions and cannot hand it jobs (or wake it instead of a worker that would take them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from jobwire.protocols.gearman import Packet, PacketType, encode_request
+from jobwire.sdk.connection import Connection, format_address, parse_address
+from jobwire.sdk.errors import JobFailed, ServerUnavailable
+from jobwire.sdk.payload import to_bytes
+
+log = logging.getLogger("jobwire.sdk.worker")
+
+P = PacketType
+F = TypeVar("F", bound=Callable[..., Any])
+
+_GRAB = encode_request(P.GRAB_JOB_UNIQ)
+_PRE_SLEEP = encode_request(P.PRE_SLEEP)
+_RESET = encode_request(P.RESET_ABILITIES)
+
+
+def server_timeout_ms(timeout: float) -> int:
+    """CAN_DO_TIMEOUT for a task with a local `timeout`.
+
+    The worker enforces the timeout itself (WORK_FAIL). The server's copy is only a backstop for
+    a worker that hangs as a whole, and servers *requeue* on expiry, so it is set later than the
+    local one: the local WORK_FAIL must win. gearmand's minimum is one second.
+    """
+    return max(1000, math.ceil((timeout + max(2.0, timeout / 2)) * 1000))
+
+
+class WorkerState(StrEnum):
+    RUNNING = "running"  # grabbing jobs
+    QUIET = "quiet"  # finishing held jobs, taking nothing new
+    TERMINATE = "terminate"  # grace period over: failing what still runs
+    TERMINATED = "terminated"
+
+
+class Job:
+    """One job handed to a task.
+
+    `payload` is bytes (`text` and `json()` decode it). `send_status`, `send_data` and
+    `send_warning` reach the waiting client; they are plain methods, safe to call from an async
+    task or from a thread task, and do nothing once the job has ended (e.g. timed out).
+    """
+
+    __slots__ = (
+        "_conn",
+        "_finished",
+        "_loop",
+        "_thread",
+        "function",
+        "handle",
+        "payload",
+        "unique",
+    )
+
+    def __init__(
+        self,
+        handle: str,
+        function: str,
+        unique: str,
+        payload: bytes,
+        conn: Connection,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.handle = handle
+        self.function = function
+        self.unique = unique
+        self.payload = payload
+        self._conn = conn
+        self._loop = loop
+        self._thread = threading.get_ident()
+        self._finished = False
+
+    def __repr__(self) -> str:
+        return f"<Job {self.handle} {self.function}>"
+
+    @property
+    def text(self) -> str:
+        return self.payload.decode("utf-8")
+
+    def json(self) -> Any:
+        return json.loads(self.payload)
+
+    def send_status(self, numerator: int, denominator: int) -> None:
+        """Progress, e.g. send_status(3, 10)."""
+        self._emit(P.WORK_STATUS, str(int(numerator)).encode(), str(int(denominator)).encode())
+
+    def send_data(self, data: Any) -> None:
+        """A partial result (payload rule applies)."""
+        self._emit(P.WORK_DATA, to_bytes(data))
+
+    def send_warning(self, data: Any) -> None:
+        self._emit(P.WORK_WARNING, to_bytes(data))
+
+    def _emit(self, ptype: PacketType, *args: bytes) -> None:
+        packet = encode_request(ptype, self.handle.encode(), *args)
+        if threading.get_ident() == self._thread:
+            self._write(packet)
+            return
+        # From a task's thread: hop onto the loop. Callbacks run in order, so updates still go
+        # out before the result, which also reaches the loop through call_soon_threadsafe.
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the worker has exited
+            self._loop.call_soon_threadsafe(self._write, packet)
+
+    def _write(self, packet: bytes) -> None:
+        if self._finished:
+            return
+        if not self._conn.is_open:
+            log.debug("dropping an update of %s: its connection is gone", self.handle)
+            return
+        self._conn.send(packet)
+
+    def _finish(self, packet: bytes) -> None:
+        """Send the final packet(s) once; later updates and results are dropped."""
+        if self._finished:
+            return
+        if not self._conn.is_open:
+            log.warning(
+                "result of job %s dropped: connection to %s was lost; the server runs it again",
+                self.handle,
+                self._conn.name,
+            )
+        else:
+            self._conn.send(packet)
+        self._finished = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Task:
+    name: str
+    func: Callable[[Job], Any]
+    timeout: float | None
+    is_async: bool
+
+
+class _Link:
+    """The worker's connection to one server and where it is in the grab/sleep cycle."""
+
+    def __init__(self, address: str) -> None:
+        self.address = parse_address(address)
+        self.name = format_address(self.address)
+        self.conn: Connection | None = None
+        self.grabbing = False  # a GRAB is in flight (it reserves a slot)
+        self.wants_grab = False  # the server may have work for us (just connected, or NOOP)
+
+    @property
+    def ready(self) -> bool:
+        return self.conn is not None and self.conn.is_open
+
+
+def _describe(exc: BaseException) -> bytes:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return text.encode("utf-8", "replace")
+
+
+class Worker:
+    """Runs tasks for Gearman jobs from every server in `servers`.
+
+    `concurrency`: most jobs held at once across all servers. `grace_period`: seconds a
+    graceful stop waits for running jobs before failing them. `heartbeat`: seconds between
+    liveness checks of each server (dead after three silent ones). `reconnect_base` /
+    `reconnect_cap`: the reconnect backoff, doubling. `client_id`: shown by the admin `workers`
+    command (default host:pid).
+
+        worker = Worker(["127.0.0.1:4730"], concurrency=4)
+
+        @worker.task("resize", timeout=60)
+        async def resize(job: Job) -> bytes: ...
+
+        worker.run()
+
+    `async def` tasks run on the worker's event loop (they must not block it); plain functions
+    each run in their own daemon thread, so a task that blocks forever costs only its thread, and
+    cannot keep the process from exiting. A task's return value is the result (payload rule);
+    raising `JobFailed` fails the job quietly, any other exception sends WORK_EXCEPTION (type and
+    message) then WORK_FAIL. A task past its `timeout` is failed: an async one is cancelled, a
+    thread one is abandoned (Python cannot stop a thread) and its eventual result dropped.
+    """
+
+    def __init__(
+        self,
+        servers: Iterable[str] = ("127.0.0.1:4730",),
+        *,
+        concurrency: int = 10,
+        grace_period: float = 25.0,
+        heartbeat: float = 5.0,
+        reconnect_base: float = 1.0,
+        reconnect_cap: float = 32.0,
+        connect_timeout: float = 10.0,
+        client_id: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.servers = list(servers)
+        self.concurrency = concurrency
+        self.grace_period = grace_period
+        self.heartbeat = heartbeat
+        self.reconnect_base = reconnect_base
+        self.reconnect_cap = reconnect_cap
+        self.connect_timeout = connect_timeout
+        self.client_id = client_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.tasks: dict[str, _Task] = {}
+        self.state = WorkerState.TERMINATED
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._links: list[_Link] = []
+        self._next_link = 0
+        self._running: dict[asyncio.Task[None], Job] = {}
+        self._stop: asyncio.Event | None = None
+        self._hurry: asyncio.Event | None = None
+        self._stop_early = False
+
+    # ------------------------------------------------------------ tasks
+
+    def task(self, name: str, *, timeout: float | None = None) -> Callable[[F], F]:
+        """Decorator: run the function for jobs of `name`. Register tasks before `run`."""
+
+        def register(func: F) -> F:
+            self.add_task(name, func, timeout=timeout)
+            return func
+
+        return register
+
+    def add_task(
+        self, name: str, func: Callable[[Job], Any], *, timeout: float | None = None
+    ) -> None:
+        if not name or "\0" in name:
+            raise ValueError("task names must be non-empty and contain no NUL")
+        if timeout is not None and timeout <= 0:
+            raise ValueError("timeout must be positive")
+        self.tasks[name] = _Task(name, func, timeout, inspect.iscoroutinefunction(func))
+
+    # ------------------------------------------------------------ running
+
+    def run(self) -> None:
+        """Serve until stopped. On the main thread, signals drive the lifecycle (module doc)."""
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGTERM, self._request_stop)
+            loop.add_signal_handler(signal.SIGINT, self._request_stop)
+            loop.add_signal_handler(signal.SIGTSTP, self._go_quiet)
+            loop.add_signal_handler(signal.SIGCONT, self._go_running)
+        await self.serve()
+
+    async def serve(self) -> None:
+        """Serve until `stop()`; then quiet, wait out the grace period, fail the rest, return."""
+        if not self.tasks:
+            raise ValueError("the worker has no tasks")
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self.state = WorkerState.RUNNING
+        self._links = [_Link(server) for server in self.servers]
+        maintainers = [asyncio.create_task(self._maintain(link)) for link in self._links]
+        if self._stop_early:
+            self._stop.set()
+        try:
+            await self._stop.wait()
+        except asyncio.CancelledError:
+            self._hurry.set()
+            raise
+        finally:
+            await self._shutdown(maintainers)
+
+    def stop(self) -> None:
+        """Stop gracefully, as SIGTERM does; a second call skips what is left of the grace
+        period. Safe from any thread."""
+        self._from_any_thread(self._request_stop)
+
+    def quiet(self) -> None:
+        """Take no new jobs (as SIGTSTP). Safe from any thread."""
+        self._from_any_thread(self._go_quiet)
+
+    def resume(self) -> None:
+        """Take jobs again after `quiet` (as SIGCONT). Safe from any thread."""
+        self._from_any_thread(self._go_running)
+
+    def _from_any_thread(self, action: Callable[[], None]) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            if action == self._request_stop:
+                self._stop_early = True  # serve() has not started yet
+            return
+        with contextlib.suppress(RuntimeError):  # closed between the check and the call
+            loop.call_soon_threadsafe(action)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _request_stop(self) -> None:
+        assert self._stop is not None and self._hurry is not None
+        if self._stop.is_set():
+            log.warning("stopping now: failing the jobs still running")
+            self._hurry.set()
+            return
+        log.info("stopping: finishing %d running job(s) first", len(self._running))
+        self._stop.set()
+
+    def _go_quiet(self) -> None:
+        if self.state is not WorkerState.RUNNING:
+            return
+        log.info("quiet: taking no new jobs")
+        self.state = WorkerState.QUIET
+        for link in self._links:
+            if link.conn is not None and link.conn.is_open:
+                link.conn.send(_RESET)
+
+    def _go_running(self) -> None:
+        if self.state is not WorkerState.QUIET or (self._stop and self._stop.is_set()):
+            return
+        log.info("running: taking jobs again")
+        self.state = WorkerState.RUNNING
+        for link in self._links:
+            if link.conn is not None and link.conn.is_open:
+                link.conn.send(self._abilities())
+                link.wants_grab = True
+        self._dispatch()
+
+    async def _shutdown(self, maintainers: list[asyncio.Task[None]]) -> None:
+        assert self._hurry is not None
+        self._go_quiet()
+        self.state = WorkerState.QUIET
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.grace_period
+        while self._running and not self._hurry.is_set():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            hurry = asyncio.ensure_future(self._hurry.wait())
+            await asyncio.wait(
+                [*self._running, hurry], timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+            hurry.cancel()
+        self.state = WorkerState.TERMINATE
+        if self._running:
+            log.warning("grace period over: failing %d running job(s)", len(self._running))
+        for task, job in list(self._running.items()):
+            job._finish(encode_request(P.WORK_FAIL, job.handle.encode()))
+            task.cancel()
+        await asyncio.gather(*self._running, return_exceptions=True)
+        for maintainer in maintainers:
+            maintainer.cancel()
+        await asyncio.gather(*maintainers, return_exceptions=True)
+        # Close politely, so the WORK_FAILs just written reach the servers.
+        await asyncio.gather(*(link.conn.close() for link in self._links if link.conn))
+        self.state = WorkerState.TERMINATED
+        log.info("stopped")
+
+    # ------------------------------------------------------------ connections
+
+    def _abilities(self) -> bytes:
+        return b"".join(
+            encode_request(P.CAN_DO, task.name.encode())
+            if task.timeout is None
+            else encode_request(
+                P.CAN_DO_TIMEOUT, task.name.encode(), str(server_timeout_ms(task.timeout)).encode()
+            )
+            for task in self.tasks.values()
+        )
+
+    async def _maintain(self, link: _Link) -> None:
+        """Keep `link` connected and registered: Paranoid Pirate reconnects with backoff."""
+        delay = self.reconnect_base
+        while True:
+            try:
+                conn = await Connection.open(
+                    link.address,
+                    functools.partial(self._on_packet, link),
+                    timeout=self.connect_timeout,
+                    heartbeat=self.heartbeat,
+                )
+            except ServerUnavailable as exc:
+                log.info("%s; retrying in %.2gs", exc, delay)
+            else:
+                link.conn, link.grabbing, link.wants_grab = conn, False, True
+                hello = encode_request(P.SET_CLIENT_ID, self.client_id.encode())
+                if self.state is WorkerState.RUNNING:
+                    hello += self._abilities()
+                conn.send(hello)
+                log.info("connected to %s", link.name)
+                self._dispatch()
+                await asyncio.shield(conn.closed)  # cancelling us must not cancel `closed`
+                link.grabbing = link.wants_grab = False
+                self._dispatch()  # the slot its GRAB reserved may be usable elsewhere
+                if conn.heard_anything:
+                    delay = self.reconnect_base  # it worked for a while: start over
+                log.warning("lost %s (%s); reconnecting in %.2gs", link.name, conn.error, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, self.reconnect_cap)
+
+    def _on_packet(self, link: _Link, packet: Packet) -> None:
+        kind = packet.type
+        if kind == P.NOOP:
+            link.wants_grab = True
+        elif kind == P.NO_JOB:
+            link.grabbing = link.wants_grab = False
+            if self.state is WorkerState.RUNNING:
+                assert link.conn is not None
+                link.conn.send(_PRE_SLEEP)
+        elif kind in (P.JOB_ASSIGN_UNIQ, P.JOB_ASSIGN):
+            link.grabbing = False
+            args = packet.args
+            unique = args[2] if kind == P.JOB_ASSIGN_UNIQ else b""
+            self._start(link, args[0], args[1], unique, args[-1])
+        elif kind == P.ERROR:
+            code, text = (arg.decode("utf-8", "replace") for arg in packet.args)
+            # JOB_NOT_FOUND answers the WORK_FAIL we send after WORK_EXCEPTION (the server had
+            # already ended the job) or a result for a job the server took back (timeout).
+            level = logging.DEBUG if code == "JOB_NOT_FOUND" else logging.WARNING
+            log.log(level, "%s: ERROR %s %s", link.name, code, text)
+        else:
+            log.debug("%s: ignoring %r", link.name, packet)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Grab on servers that may have work, while slots are free; rotate for fairness."""
+        if self.state is not WorkerState.RUNNING:
+            return
+        links = self._links
+        count = len(links)
+        start = self._next_link
+        for step in range(count):
+            free = self.concurrency - len(self._running) - sum(lk.grabbing for lk in links)
+            if free <= 0:
+                return
+            link = links[(start + step) % count]
+            if link.wants_grab and not link.grabbing and link.ready:
+                assert link.conn is not None
+                link.grabbing = True
+                link.conn.send(_GRAB)
+                self._next_link = (start + step + 1) % count
+
+    # ------------------------------------------------------------ jobs
+
+    def _start(
+        self, link: _Link, handle: bytes, function: bytes, unique: bytes, payload: bytes
+    ) -> None:
+        assert link.conn is not None and self._loop is not None
+        if self.state in (WorkerState.TERMINATE, WorkerState.TERMINATED):
+            # Too late to run it: closing the connection hands it back to the server.
+            log.info("not starting job %s: shutting down", handle.decode("utf-8", "replace"))
+            return
+        job = Job(
+            handle.decode("utf-8", "surrogateescape"),
+            function.decode("utf-8", "surrogateescape"),
+            unique.decode("utf-8", "surrogateescape"),
+            payload,
+            link.conn,
+            self._loop,
+        )
+        task = asyncio.create_task(self._run_job(job), name=f"jobwire job {job.handle}")
+        self._running[task] = job
+        task.add_done_callback(self._job_done)
+
+    def _job_done(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+        self._dispatch()
+
+    async def _run_job(self, job: Job) -> None:
+        handle = job.handle.encode()
+        task = self.tasks.get(job.function)
+        if task is None:  # the server sent a function we never registered
+            log.warning("no task for %s; failing job %s", job.function, job.handle)
+            job._finish(encode_request(P.WORK_FAIL, handle))
+            return
+        log.debug("job %s (%s) started", job.handle, job.function)
+        timer = asyncio.timeout(task.timeout)
+        try:
+            async with timer:
+                if task.is_async:
+                    result = to_bytes(await task.func(job))
+                else:
+                    result = await _in_thread(task.func, job)
+        except asyncio.CancelledError:
+            if not job._finished:  # cancelled from outside, not by terminate: still answer
+                job._finish(encode_request(P.WORK_FAIL, handle))
+            raise
+        except JobFailed:
+            job._finish(encode_request(P.WORK_FAIL, handle))
+        except BaseException as exc:  # even SystemExit from a task must not end the worker
+            if timer.expired():
+                log.warning("job %s (%s) timed out", job.handle, job.function)
+                job._finish(encode_request(P.WORK_FAIL, handle))
+            else:
+                log.exception("job %s (%s) raised", job.handle, job.function)
+                # Servers that end the job on WORK_EXCEPTION answer the WORK_FAIL with ERROR
+                # JOB_NOT_FOUND (ignored); the WORK_FAIL is for those that do not.
+                job._finish(
+                    encode_request(P.WORK_EXCEPTION, handle, _describe(exc))
+                    + encode_request(P.WORK_FAIL, handle)
+                )
+        else:
+            job._finish(encode_request(P.WORK_COMPLETE, handle, result))
+            log.debug("job %s (%s) done", job.handle, job.function)
+
+
+async def _in_thread(func: Callable[[Job], Any], job: Job) -> bytes:
+    """Run a plain task in its own daemon thread; its result is encoded there too."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[bytes] = loop.create_future()
+
+    def settle(result: bytes | None, error: BaseException | None) -> None:
+        if future.done():  # timed out or cancelled meanwhile
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            assert result is not None
+            future.set_result(result)
+
+    def target() -> None:
+        result: bytes | None = None
+        error: BaseException | None = None
+        try:
+            result = to_bytes(func(job))
+        except Exception as exc:
+            error = exc
+        except BaseException as exc:  # SystemExit and friends must not cross into the loop
+            error = RuntimeError(f"task raised {exc!r}")
+        with contextlib.suppress(RuntimeError):  # the worker's loop is gone
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=target, name=f"jobwire-{job.handle}", daemon=True).start()
+    return await future
