@@ -144,3 +144,11 @@ def serve(
         ),
     )
     run(config)
+
+
+# `jobwire worker | submit | status` live with the SDK (src/jobwire/sdk/cli.py).
+from jobwire.sdk.cli import status_command, submit_command, worker_command  # noqa: E402
+
+main.add_command(worker_command)
+main.add_command(submit_command)
+main.add_command(status_command)
