@@ -60,6 +60,14 @@ def _setup_logging(log_file: str, verbose: str) -> None:
     "--store", default=DEFAULT_STORE, show_default=True, help="Job store: memory, or sqlite:PATH."
 )
 @click.option(
+    "--fsync",
+    type=click.Choice(["always", "batch", "off"]),
+    default="batch",
+    show_default=True,
+    help="sqlite store: batch syncs every group commit; always also commits each loop turn "
+    "alone; off leaves syncing to the OS (a crash of the machine can lose jobs).",
+)
+@click.option(
     "-j",
     "--job-retries",
     default=0,
@@ -102,6 +110,7 @@ def serve(
     port: int,
     http_port: int,
     store: str,
+    fsync: str,
     job_retries: int,
     job_handle_prefix: str | None,
     exceptions: bool,
@@ -126,6 +135,7 @@ def serve(
         port=port,
         http_port=http_port,
         store=store,
+        fsync=fsync,
         backlog=backlog,
         pid_file=pid_file,
         engine=EngineConfig(
