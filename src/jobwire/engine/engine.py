@@ -28,7 +28,7 @@ from jobwire.engine.job import (
 from jobwire.engine.lanes import FunctionInfo, Lane
 from jobwire.engine.timers import TimerHeap
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
-from jobwire.store.base import MemoryStore, Store
+from jobwire.store.base import MemoryStore, Store, decode_ext
 
 _AVAILABLE = JobState.AVAILABLE
 _ACTIVE = JobState.ACTIVE
@@ -625,13 +625,22 @@ class Engine:
             job.max_attempts = row.max_attempts
             job.run_at = row.run_at
             job.reducer = row.reducer
+            if row.ext is not None:
+                job.ext = decode_ext(row.ext)
             jobs.append(job)
         return self.restore(jobs)
 
     def restore(self, jobs: Iterable[Job]) -> int:
         """Put jobs read back from the store into the queues (start-up replay)."""
         count = 0
+        # New handles must not reuse the numbers of replayed jobs (PREFIX:N).
+        prefix = self.config.handle_prefix + ":"
+        top = 0
         for job in jobs:
+            if job.id.startswith(prefix):
+                number = job.id[len(prefix) :]
+                if number.isdigit():
+                    top = max(top, int(number))
             fn = self.function(job.function)
             self.jobs[job.id] = job
             key = self.unique_key(job.function, job.unique, job.payload)
@@ -642,4 +651,6 @@ class Engine:
             else:
                 self._make_available(job, fn)
             count += 1
+        if top:
+            self._handle_numbers = itertools.count(max(top + 1, next(self._handle_numbers)))
         return count

@@ -25,25 +25,25 @@ class ServerConfig:
     port: int = 4730
     http_port: int | None = 8080
     store: str = DEFAULT_STORE
+    fsync: str = "batch"  # always | batch | off; see jobwire.store.sqlite
     backlog: int = 1024
     pid_file: Path | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)
     gearman: GearmanOptions = field(default_factory=GearmanOptions)
 
 
-def open_store(spec: str) -> Store:
+def open_store(spec: str, fsync: str = "batch") -> Store:
     """`memory`, or `sqlite:PATH`."""
     if spec == "memory":
         return MemoryStore()
     kind, _, path = spec.partition(":")
     if kind == "sqlite" and path:
+        from jobwire.store.sqlite import SQLiteStore, StoreError
+
         try:
-            from jobwire.store.sqlite import SQLiteStore  # type: ignore[import-not-found]
-        except ImportError as exc:
-            raise SystemExit(
-                "the sqlite store is not available in this build; use --store memory"
-            ) from exc
-        store: Store = SQLiteStore(Path(path))
+            store: Store = SQLiteStore(Path(path), fsync=fsync)
+        except StoreError as exc:
+            raise SystemExit(f"jobwire: {exc}") from exc
         return store
     raise SystemExit(f"unknown store {spec!r}: use memory or sqlite:PATH")
 
@@ -59,9 +59,13 @@ class Server:
     async def serve(self) -> None:
         config = self.config
         loop = asyncio.get_running_loop()
-        store = open_store(config.store)
+        store = open_store(config.store, config.fsync)
         engine = Engine(config.engine, store=store)
-        restored = engine.restore_from(store)
+        try:
+            restored = engine.restore_from(store)
+        except Exception as exc:  # a file we cannot replay must not be written over
+            store.close()
+            raise SystemExit(f"jobwire: cannot replay the store: {exc}") from exc
         if restored:
             log.info("restored %d jobs from the store", restored)
         runtime = Runtime(engine, loop)

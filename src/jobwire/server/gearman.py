@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import socket
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -48,6 +49,8 @@ MAX_UNIQUE = 64
 MAX_CLIENT_ID = 127
 #: Output a peer leaves unread beyond this is a peer we stop serving.
 MAX_PENDING_OUTPUT = 256 * 1024 * 1024
+#: Replaces the JOB_CREATED of a background job whose store commit failed.
+NOT_STORED = encode(T.ERROR, b"QUEUE_ERROR", b"Job could not be stored")
 
 
 @dataclass(slots=True)
@@ -114,7 +117,13 @@ class GearmanConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.out: list[bytes] = []
         self.dirty = False
-        self.holding = False  # output waits for the store to make this batch durable
+        # Output held until the store commits, so JOB_CREATED means durable. Positions count
+        # every entry ever queued on `out`; `sent` is the position of out[0].
+        self.sent = 0
+        self.holds: deque[int] = deque()  # end position of each batch awaiting its commit
+        self.released = 0  # while holding, output before this position may go out
+        self.acks: deque[tuple[int, Job, bool]] = deque()  # JOB_CREATED: position, job, new
+        self.durable = server.engine.store.durable
         self.closing = False
         self.conn_id = 0
         self.fd = -1
@@ -165,14 +174,29 @@ class GearmanConnection(asyncio.Protocol):
                 if message.fatal:
                     self.close_after_flush()
                     break
-        if store.write_count != writes_before and not self.holding:
+        if store.write_count != writes_before:
             # Acknowledge only what is durable: hold this connection's output until commit.
-            self.holding = True
-            store.after_commit(self._release)
+            if not self.holds:
+                self.released = self.sent
+            end = self.sent + len(self.out)
+            self.holds.append(end)
+            store.after_commit(lambda ok: self._release(end, ok))
         self.flush()
 
-    def _release(self) -> None:
-        self.holding = False
+    def _release(self, end: int, ok: bool) -> None:
+        """The batch that ended at `end` is durable, or (not ok) its commit failed."""
+        self.holds.popleft()  # commits finish in order
+        self.released = end
+        acks = self.acks
+        while acks and acks[0][0] < end:
+            position, job, created = acks.popleft()
+            if ok:
+                continue
+            # The client must not believe the job was accepted, and it must not run.
+            if position >= self.sent:
+                self.out[position - self.sent] = NOT_STORED
+            if created and not job.state.terminal:
+                self.engine.cancel(job)
         self.flush()
 
     def pause_writing(self) -> None:
@@ -194,6 +218,7 @@ class GearmanConnection(asyncio.Protocol):
         for job in list(self.waiting):
             engine.unsubscribe(job, self)
         self.waiting.clear()
+        self.sent += len(self.out)
         self.out.clear()
 
     # ------------------------------------------------------------ output
@@ -206,16 +231,25 @@ class GearmanConnection(asyncio.Protocol):
 
     def flush(self) -> None:
         self.dirty = False
-        if self.holding or not self.out:
+        out = self.out
+        count = self.released - self.sent if self.holds else len(out)
+        if count <= 0:
             return
         transport = self.transport
         if transport is None or transport.is_closing():
-            self.out.clear()
+            count = len(out)
+        elif count == 1:
+            transport.write(out[0])
+        else:
+            transport.write(b"".join(out[:count]))
+        del out[:count]
+        self.sent += count
+        acks = self.acks
+        while acks and acks[0][0] < self.sent:
+            acks.popleft()
+        if transport is None or transport.is_closing():
             return
-        data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
-        self.out.clear()
-        transport.write(data)
-        if self.closing:
+        if self.closing and not self.holds:
             transport.close()
         elif transport.get_write_buffer_size() > MAX_PENDING_OUTPUT:
             log.warning("closing %s: it does not read its replies", self.peer_ip)
@@ -299,7 +333,7 @@ class GearmanConnection(asyncio.Protocol):
             self.error("ARGUMENT_TOO_LARGE", "Unique value too large")
             return
         try:
-            job, _created = self.engine.submit(
+            job, created = self.engine.submit(
                 self.server.name(raw_function),
                 payload,
                 unique=_decode(raw_unique) if raw_unique else None,
@@ -314,6 +348,8 @@ class GearmanConnection(asyncio.Protocol):
             return
         if not background:
             self.waiting[job] = None
+        elif self.durable:
+            self.acks.append((self.sent + len(self.out), job, created))
         self.send(encode(T.JOB_CREATED, job.id.encode()))
 
     def submit_epoch(self, args: tuple[bytes, ...]) -> None:

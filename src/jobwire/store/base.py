@@ -7,9 +7,10 @@ and commits them together (group commit). Adapters hold back acknowledgements un
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from jobwire.engine.job import Job
 
@@ -33,6 +34,16 @@ class StoredJob:
     ext: bytes | None = None  # protocol-specific attributes, serialized by their owner
 
 
+def encode_ext(ext: dict[str, Any]) -> bytes:
+    """`Job.ext` as stored: JSON, so protocols must keep it to JSON types."""
+    return json.dumps(ext, separators=(",", ":")).encode()
+
+
+def decode_ext(raw: bytes) -> dict[str, Any]:
+    value: dict[str, Any] = json.loads(raw)
+    return value
+
+
 class Store(Protocol):
     #: False for the memory store: the engine then skips every hook on the hot path.
     durable: bool
@@ -51,8 +62,12 @@ class Store(Protocol):
     def pending(self) -> bool:
         """True while some hook's write is not yet durable."""
 
-    def after_commit(self, callback: Callable[[], None]) -> None:
-        """Call `callback` once everything written so far is durable (or has failed)."""
+    def after_commit(self, callback: Callable[[bool], None]) -> None:
+        """Call `callback(ok)` once everything written so far is durable (ok) or has failed.
+
+        When a commit fails, `ok` is False: what that batch acknowledged must be retracted
+        (the client told the job was not accepted) and its new jobs dropped.
+        """
 
     def close(self) -> None:
         """Commit what is pending and release the file."""
@@ -76,8 +91,8 @@ class MemoryStore:
     def pending(self) -> bool:
         return False
 
-    def after_commit(self, callback: Callable[[], None]) -> None:
-        callback()
+    def after_commit(self, callback: Callable[[bool], None]) -> None:
+        callback(True)
 
     def close(self) -> None:
         pass

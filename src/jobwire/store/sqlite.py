@@ -1,0 +1,331 @@
+"""The SQLite store: one file, WAL mode, group commit on a writer thread.
+
+The engine calls `job_saved` / `job_removed` on the event loop thread. They only note the
+job in the current batch (the latest change per job wins), and the first write of a loop
+turn schedules a hand-off. The hand-off turns the batch into rows, still on the loop thread
+where jobs may be read safely, and gives them to the writer thread, which runs the whole
+batch as one transaction. When the commit is done (or has failed) the loop thread learns of
+it and calls the `after_commit` callbacks registered for that batch and earlier ones, with
+`ok` telling whether it reached the disk.
+
+Fsync policies (`--fsync`):
+
+- `batch` (default): `synchronous=FULL`, so every commit is fsynced before anyone hears of
+  it. While one commit runs, the writes of the following loop turns gather into the next
+  one: under load a commit carries many turns and the fsync cost is shared.
+- `always`: `synchronous=FULL`, and every loop turn that wrote is committed on its own,
+  never merged with later turns: a failed commit affects one turn's requests only. Slower.
+- `off`: `synchronous=OFF`. Commits still finish before clients are answered, so a killed
+  server loses nothing, but a power cut or OS crash can lose acknowledged jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from jobwire.engine.job import Job
+from jobwire.store.base import StoredJob, encode_ext
+
+log = logging.getLogger("jobwire.store")
+
+FSYNC_POLICIES = ("always", "batch", "off")
+SCHEMA_VERSION = 1
+
+# `seq` is the rowid: it grows with each new job and an upsert keeps it, so scanning by it
+# replays jobs in their original enqueue order without a sort.
+_SCHEMA = """
+CREATE TABLE jobs (
+    seq INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    function TEXT NOT NULL,
+    queue TEXT NOT NULL,
+    uniq TEXT,
+    payload BLOB NOT NULL,
+    priority INTEGER NOT NULL,
+    state INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    max_attempts INTEGER,
+    run_at REAL,
+    created_at REAL NOT NULL,
+    reducer TEXT,
+    ext BLOB
+)
+"""
+_COLUMNS = (
+    "id, function, queue, uniq, payload, priority, state, attempts, max_attempts, run_at,"
+    " created_at, reducer, ext"
+)
+_UPSERT = (
+    f"INSERT INTO jobs ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (id) DO UPDATE SET function = excluded.function, queue = excluded.queue,"
+    " uniq = excluded.uniq, payload = excluded.payload, priority = excluded.priority,"
+    " state = excluded.state, attempts = excluded.attempts,"
+    " max_attempts = excluded.max_attempts, run_at = excluded.run_at,"
+    " created_at = excluded.created_at, reducer = excluded.reducer, ext = excluded.ext"
+)
+_DELETE = "DELETE FROM jobs WHERE id = ?"
+_LOAD = f"SELECT {_COLUMNS} FROM jobs ORDER BY seq"
+
+Row = tuple[Any, ...]
+Callback = Callable[[bool], None]
+#: A batch for the writer: its number, rows to upsert, ids to delete.
+_Batch = tuple[int, list[Row], list[tuple[str]]]
+
+#: While commits keep failing, repeat the same error in the log at most this often (seconds).
+_LOG_EVERY = 10.0
+
+
+class StoreError(Exception):
+    """The store cannot be opened (unwritable path, corrupt file, used by another server)."""
+
+
+def _row(job: Job) -> Row:
+    ext = job.ext
+    return (
+        job.id,
+        job.function,
+        job.queue,
+        job.unique,
+        job.payload,
+        job.priority,
+        job.state,
+        job.attempts,
+        job.max_attempts,
+        job.run_at,
+        job.created_at,
+        job.reducer,
+        None if ext is None else encode_ext(ext),
+    )
+
+
+def connect(path: Path, fsync: str = "batch") -> sqlite3.Connection:
+    """Open (creating if needed) the job database and lock it for this process alone."""
+    if fsync not in FSYNC_POLICIES:
+        raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # The writer thread uses the connection after load() ran on the loop thread.
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=1.0)
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreError(f"cannot open {path}: {exc}") from exc
+    try:
+        # Exclusive before WAL: no shared-memory index, and a second server on the same file
+        # fails here instead of replaying (and running) the same jobs twice.
+        conn.execute("PRAGMA locking_mode = EXCLUSIVE")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode != "wal":
+            raise StoreError(f"{path}: cannot switch to WAL mode (got {mode!r})")
+        conn.execute(f"PRAGMA synchronous = {'OFF' if fsync == 'off' else 'FULL'}")
+        # Upserts look ids up in the unique index; keep it in memory (64 MiB).
+        conn.execute("PRAGMA cache_size = -65536")
+        conn.execute("BEGIN EXCLUSIVE")  # take the lock now, and keep it (locking_mode)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            conn.execute(_SCHEMA)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        elif version != SCHEMA_VERSION:
+            raise StoreError(
+                f"{path}: schema version {version}, this jobwire knows {SCHEMA_VERSION}"
+            )
+        conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        conn.close()
+        if "locked" in str(exc):
+            raise StoreError(f"{path} is in use by another process ({exc})") from exc
+        raise StoreError(f"cannot use {path}: {exc}") from exc
+    except StoreError:
+        conn.close()
+        raise
+    return conn
+
+
+class SQLiteStore:
+    """A `Store` on one SQLite file. Create it, `load()`, then use it from one event loop."""
+
+    durable = True
+
+    def __init__(self, path: Path, *, fsync: str = "batch") -> None:
+        self.path = path
+        self.fsync = fsync
+        self.write_count = 0
+        self.commits = 0  # successful commits, for benchmarks and tests
+        #: Why the latest commit failed; None once a commit succeeds again.
+        self.last_error: str | None = None
+        self._conn = connect(path, fsync)
+        self._merge_turns = fsync != "always"
+        self._batch: dict[str, Job | None] = {}  # job id -> job to save, or None: remove
+        self._scheduled = False
+        self._handed = 0  # number of the last batch handed to the writer
+        self._done = 0  # number of the last batch whose commit finished
+        self._waiters: deque[tuple[int, Callback]] = deque()  # (batch number, callback)
+        self._failures = 0
+        self._logged_at = 0.0
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ replay
+
+    def load(self) -> Iterator[StoredJob]:
+        try:
+            for row in self._conn.execute(_LOAD):
+                yield StoredJob(*row)
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read {self.path}: {exc}") from exc
+
+    # ------------------------------------------------------------------ engine hooks
+
+    def job_saved(self, job: Job) -> None:
+        self.write_count += 1
+        self._batch[job.id] = job
+        if not self._scheduled:
+            self._schedule()
+
+    def job_removed(self, job: Job) -> None:
+        self.write_count += 1
+        # None replaces a save of the same batch; a later save replaces the None again.
+        self._batch[job.id] = None
+        if not self._scheduled:
+            self._schedule()
+
+    def pending(self) -> bool:
+        return bool(self._batch) or self._handed > self._done
+
+    def after_commit(self, callback: Callback) -> None:
+        if self._batch:
+            self._waiters.append((self._handed + 1, callback))
+        elif self._handed > self._done:
+            self._waiters.append((self._handed, callback))
+        else:
+            callback(True)  # nothing written is still on its way to the disk
+
+    # ------------------------------------------------------------------ group commit
+
+    def _schedule(self) -> None:
+        loop = self._loop
+        if loop is None:
+            loop = self._start()
+        self._scheduled = True
+        loop.call_soon(self._turn_ended)
+
+    def _start(self) -> asyncio.AbstractEventLoop:
+        self._loop = loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._write_loop, name="jobwire-sqlite", daemon=True)
+        self._thread.start()
+        return loop
+
+    def _turn_ended(self) -> None:
+        self._scheduled = False
+        # `batch` keeps one commit in flight; turns written meanwhile wait and go together.
+        if self._merge_turns and self._handed > self._done:
+            return
+        self._hand_off()
+
+    def _hand_off(self) -> None:
+        batch = self._batch
+        if not batch or self._closed:
+            return
+        self._batch = {}
+        upserts: list[Row] = []
+        deletes: list[tuple[str]] = []
+        for job_id, job in batch.items():
+            if job is None:
+                deletes.append((job_id,))
+            else:
+                upserts.append(_row(job))
+        self._handed += 1
+        self._queue.put((self._handed, upserts, deletes))
+
+    def _write_loop(self) -> None:
+        """The writer thread: one transaction per batch, then report back to the loop."""
+        conn = self._conn
+        while (item := self._queue.get()) is not None:
+            number, upserts, deletes = item
+            error: str | None = None
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                if upserts:
+                    conn.executemany(_UPSERT, upserts)
+                if deletes:
+                    conn.executemany(_DELETE, deletes)
+                conn.execute("COMMIT")
+            except Exception as exc:  # any failure fails this batch, never the thread
+                error = f"{type(exc).__name__}: {exc}"
+                try:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            loop = self._loop
+            assert loop is not None
+            # A closed loop (after shutdown) has nobody waiting any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._committed, number, len(upserts), error)
+
+    def _committed(self, number: int, rows: int, error: str | None) -> None:
+        """On the loop: batch `number` is on disk (error None) or was rolled back."""
+        self._done = number
+        ok = error is None
+        self.commits += ok
+        self._note_result(rows, error)
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= number:
+            callback = waiters.popleft()[1]
+            try:
+                callback(ok)
+            except Exception:
+                log.exception("after_commit callback failed")
+        if self._merge_turns and not self._scheduled:
+            self._hand_off()  # the turns written during this commit
+
+    def _note_result(self, rows: int, error: str | None) -> None:
+        if error is None:
+            if self._failures:
+                log.warning(
+                    "store %s: commits succeed again after %d failed (last: %s)",
+                    self.path,
+                    self._failures,
+                    self.last_error,
+                )
+                self._failures = 0
+                self.last_error = None
+            return
+        self._failures += 1
+        now = time.monotonic()
+        if error != self.last_error or now - self._logged_at >= _LOG_EVERY:
+            log.error(
+                "store %s: commit of %d job change(s) failed, clients get errors: %s",
+                self.path,
+                rows,
+                error,
+            )
+            self._logged_at = now
+        self.last_error = error
+
+    # ------------------------------------------------------------------ shutdown
+
+    def close(self) -> None:
+        """Commit what is pending, wait for the writer, fold the WAL in and close the file."""
+        if self._closed:
+            return
+        self._hand_off()
+        self._closed = True
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:
+            log.warning("store %s: final checkpoint failed: %s", self.path, exc)
+        self._conn.close()

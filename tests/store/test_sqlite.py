@@ -1,0 +1,291 @@
+"""SQLiteStore on its own and under the engine, on a real file, inside a real event loop.
+
+Commits are awaited through `after_commit`, never by sleeping. Where a test needs the writer
+thread to be busy, a temporary trigger calls a Python function that blocks until released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from jobwire.engine import Engine, EngineConfig, Job, JobState, WorkerSession
+from jobwire.store.base import StoredJob
+from jobwire.store.sqlite import SCHEMA_VERSION, SQLiteStore, StoreError
+
+T = TypeVar("T")
+
+
+def run(main: Callable[[], Awaitable[T]]) -> T:
+    async def wrapper() -> T:
+        return await main()
+
+    return asyncio.run(wrapper())
+
+
+async def committed(store: SQLiteStore) -> bool:
+    """Wait until everything written so far has been committed; return `ok`."""
+    done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    store.after_commit(done.set_result)
+    return await done
+
+
+def make_job(number: int, **fields: object) -> Job:
+    job = Job(f"H:test:{number}", "reverse", f"payload {number}".encode(), created_at=1000.0)
+    for name, value in fields.items():
+        setattr(job, name, value)
+    return job
+
+
+def loaded(path: Path) -> list[StoredJob]:
+    store = SQLiteStore(path)
+    try:
+        return list(store.load())
+    finally:
+        store.close()
+
+
+class Gate:
+    """Blocks the writer thread inside its next INSERT until `open()` is called."""
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        conn = store._conn
+        conn.create_function("gate", 0, self._wait)
+        conn.execute("CREATE TEMP TRIGGER gate BEFORE INSERT ON jobs BEGIN SELECT gate(); END")
+
+    def _wait(self) -> int:
+        self.entered.set()
+        self.release.wait()
+        return 0
+
+    def open(self) -> None:
+        self.release.set()
+
+
+def test_jobs_replay_in_enqueue_order_with_every_field(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+
+    async def main() -> None:
+        first = make_job(1, unique="u1", priority=1, max_attempts=3, reducer="sum")
+        first.ext = {"retry": {"max": 3}, "tags": ["a"]}
+        store.job_saved(first)
+        store.job_saved(make_job(2, run_at=5000.0, state=JobState.SCHEDULED))
+        store.job_saved(make_job(3, queue="other"))
+        assert await committed(store)
+        # A later change of the first job (its attempt) must not move it behind the others.
+        first.attempts = 1
+        first.state = JobState.ACTIVE
+        store.job_saved(first)
+        assert await committed(store)
+
+    run(main)
+    store.close()
+    rows = loaded(path)
+    assert [row.id for row in rows] == ["H:test:1", "H:test:2", "H:test:3"]
+    assert rows[0] == StoredJob(
+        id="H:test:1",
+        function="reverse",
+        queue="reverse",
+        unique="u1",
+        payload=b"payload 1",
+        priority=1,
+        state=JobState.ACTIVE,
+        attempts=1,
+        max_attempts=3,
+        run_at=None,
+        created_at=1000.0,
+        reducer="sum",
+        ext=b'{"retry":{"max":3},"tags":["a"]}',
+    )
+    assert (rows[1].run_at, rows[1].state) == (5000.0, JobState.SCHEDULED)
+    assert rows[2].queue == "other"
+
+
+def test_latest_change_per_job_wins_within_a_batch(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+
+    async def main() -> None:
+        gone, back, kept = make_job(1), make_job(2), make_job(3)
+        store.job_saved(back)
+        assert await committed(store)
+        # One loop turn: save+remove cancels out; remove+save keeps the job.
+        store.job_saved(gone)
+        store.job_saved(kept)
+        store.job_removed(gone)
+        store.job_removed(back)
+        store.job_saved(back)
+        assert await committed(store)
+
+    run(main)
+    store.close()
+    assert [row.id for row in loaded(path)] == ["H:test:2", "H:test:3"]
+
+
+def test_after_commit_waits_for_the_commit_and_is_immediate_when_idle(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "jobs.db")
+    calls: list[tuple[str, bool]] = []
+
+    async def main() -> None:
+        store.after_commit(lambda ok: calls.append(("idle", ok)))
+        assert calls == [("idle", True)]
+        gate = Gate(store)
+        store.job_saved(make_job(1))
+        store.after_commit(lambda ok: calls.append(("first", ok)))
+        assert store.pending()
+        await asyncio.to_thread(gate.entered.wait)  # the writer is inside the commit
+        store.after_commit(lambda ok: calls.append(("in flight", ok)))
+        assert calls == [("idle", True)]
+        gate.open()
+        assert await committed(store)
+        assert not store.pending()
+
+    run(main)
+    store.close()
+    assert calls == [("idle", True), ("first", True), ("in flight", True)]
+
+
+@pytest.mark.parametrize(("fsync", "commits"), [("batch", 2), ("always", 3)])
+def test_batch_merges_turns_written_during_a_commit(
+    tmp_path: Path, fsync: str, commits: int
+) -> None:
+    store = SQLiteStore(tmp_path / "jobs.db", fsync=fsync)
+    oks: list[bool] = []
+
+    async def main() -> None:
+        gate = Gate(store)
+        for number in range(3):
+            store.job_saved(make_job(number))
+            store.after_commit(oks.append)
+            if number == 0:
+                await asyncio.to_thread(gate.entered.wait)
+            else:
+                await asyncio.sleep(0)  # end the loop turn
+        gate.open()
+        assert await committed(store)
+
+    run(main)
+    assert store.commits == commits
+    assert oks == [True, True, True]
+    store.close()
+    assert len(loaded(tmp_path / "jobs.db")) == 3
+
+
+def test_failed_commit_reports_not_ok_and_the_store_recovers(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    conn = store._conn
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+
+    async def main() -> None:
+        store.job_saved(make_job(1))
+        assert await committed(store)
+        # Disk full, as SQLite reports it: the file may not grow beyond its current size.
+        conn.execute(f"PRAGMA max_page_count = {pages + 1}")
+        for number in range(2, 10):
+            store.job_saved(make_job(number, payload=bytes(100_000)))
+        assert not await committed(store)
+        assert store.last_error is not None and "full" in store.last_error
+        conn.execute("PRAGMA max_page_count = 1073741823")
+        store.job_saved(make_job(10))
+        assert await committed(store)
+        assert store.last_error is None
+
+    run(main)
+    store.close()
+    assert [row.id for row in loaded(path)] == ["H:test:1", "H:test:10"]
+
+
+def test_fsync_policy_sets_synchronous(tmp_path: Path) -> None:
+    for fsync, level in (("always", 2), ("batch", 2), ("off", 0)):
+        store = SQLiteStore(tmp_path / f"{fsync}.db", fsync=fsync)
+        assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == level
+        assert store._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        store.close()
+    with pytest.raises(ValueError, match="fsync"):
+        SQLiteStore(tmp_path / "x.db", fsync="sometimes")
+
+
+def test_a_second_server_on_the_same_file_is_refused(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "jobs.db")
+    with pytest.raises(StoreError, match="in use"):
+        SQLiteStore(tmp_path / "jobs.db")
+    store.close()
+    SQLiteStore(tmp_path / "jobs.db").close()
+
+
+def test_unknown_schema_version_and_bad_paths_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(StoreError, match="schema version"):
+        SQLiteStore(path)
+    (tmp_path / "file").write_text("not a directory")
+    with pytest.raises(StoreError, match="cannot open"):
+        SQLiteStore(tmp_path / "file" / "jobs.db")
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not a database" * 1000)
+    with pytest.raises(StoreError):
+        SQLiteStore(garbage)
+
+
+class IdleWorker:
+    def wake(self) -> None:
+        pass
+
+    def assign(self, job: Job) -> None:
+        pass
+
+    def revoke(self, job: Job, reason: str) -> None:
+        pass
+
+
+def test_engine_replay_counts_active_attempts_and_keeps_handles_unique(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    config = EngineConfig(handle_prefix="H:test")
+    store = SQLiteStore(path)
+    engine = Engine(config, store=store)
+
+    async def main() -> None:
+        for number in range(4):
+            engine.submit("reverse", b"%d" % number)
+        engine.submit("reverse", b"later", run_at=engine.clock() + 3600)
+        engine.submit("reverse", b"foreground", background=False)
+        worker = WorkerSession("w", IdleWorker(), protocol="test")
+        engine.add_worker(worker)
+        engine.add_ability(worker, "reverse")
+        done = engine.grab(worker)
+        active = engine.grab(worker)
+        assert done is not None and active is not None
+        engine.complete(done, b"ok")
+        assert await committed(store)
+
+    run(main)
+    store.close()  # as if killed: the active job's lease is what the file says
+
+    store = SQLiteStore(path)
+    engine = Engine(config, store=store)
+    assert engine.restore_from(store) == 4
+    jobs = list(engine.jobs.values())
+    assert [job.payload for job in jobs] == [b"1", b"2", b"3", b"later"]  # b"0" completed
+    assert [job.attempts for job in jobs] == [1, 0, 0, 0]
+    assert [job.state for job in jobs] == [JobState.AVAILABLE] * 3 + [JobState.SCHEDULED]
+
+    async def submit_again() -> str:
+        job, _ = engine.submit("reverse", b"new")
+        assert await committed(store)
+        return job.id
+
+    # After the last stored job (the foreground H:test:6 was never stored), not H:test:1.
+    assert run(submit_again) == "H:test:6"
+    store.close()
+    assert len(loaded(path)) == 5
