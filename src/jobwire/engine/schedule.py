@@ -35,7 +35,11 @@ def next_run(
     wday: int | None,
 ) -> float:
     """The first whole minute strictly after `now` that matches every given field."""
-    start = datetime.fromtimestamp(now).replace(second=0, microsecond=0) + timedelta(minutes=1)
+    # The next whole minute. When DST ends its wall time goes back an hour (to repeat it);
+    # when DST starts, wall time jumps ahead (times in the gap then run late, as in cron).
+    # Starting from the earlier of the two covers both.
+    wall_next = datetime.fromtimestamp(now).replace(second=0, microsecond=0) + timedelta(minutes=1)
+    start = min(wall_next, datetime.fromtimestamp((now // 60 + 1) * 60))
     cron_wday = None if wday is None else wday % 7
     candidate = start
     # Walk day by day, then minute by minute within a matching day: at most ~4 years of days.
@@ -52,6 +56,10 @@ def next_run(
                 first_minute = candidate.minute if hh == candidate.hour else 0
                 for mm in range(first_minute, 60):
                     if minute is None or mm == minute:
-                        return candidate.replace(hour=hh, minute=mm).timestamp()
+                        # A wall time repeated when DST ends exists twice (fold 0, then 1).
+                        for fold in (0, 1):
+                            when = candidate.replace(hour=hh, minute=mm, fold=fold).timestamp()
+                            if when > now:
+                                return when
         candidate = (candidate + timedelta(days=1)).replace(hour=0, minute=0)
     raise ValueError("no time matches this schedule")
