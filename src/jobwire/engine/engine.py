@@ -313,11 +313,13 @@ class Engine:
         fn.workers[worker] = None
 
     def remove_ability(self, worker: WorkerSession, function: str) -> None:
-        if worker.abilities.pop(function, 0) != 0:
-            fn = self.functions.get(function)
-            if fn is not None:
-                fn.workers.pop(worker, None)
-                fn.waiters.pop(worker, None)
+        if function not in worker.abilities:
+            return
+        del worker.abilities[function]
+        fn = self.functions.get(function)
+        if fn is not None:
+            fn.workers.pop(worker, None)
+            fn.waiters.pop(worker, None)
 
     def reset_abilities(self, worker: WorkerSession) -> None:
         for name in list(worker.abilities):
@@ -397,6 +399,8 @@ class Engine:
     ) -> list[Job]:
         """PULL by queue (OJS fetch): up to `count` jobs, queues in the given order."""
         leased: list[Job] = []
+        if worker.state is not WorkerState.RUNNING:
+            return leased  # quiet: finish what you hold, take nothing new
         for name in queues:
             info = self.queues.get(name)
             if info is None or info.paused:
@@ -451,10 +455,11 @@ class Engine:
 
     def _on_lease_expired(self, job: Job, when: float) -> None:
         if job.state is _ACTIVE and job.lease_deadline == when:
+            # Revoke first: requeueing may hand the job straight back to the same worker.
             worker = job.worker
-            self._requeue(job, "lease expired")
             if worker is not None:
                 worker.handler.revoke(job, "lease expired")
+            self._requeue(job, "lease expired")
 
     def _release(self, job: Job) -> None:
         worker = job.worker

@@ -127,7 +127,9 @@ class Job:
     @property
     def retries(self) -> int:
         """How often the job went back to the queue after being handed out."""
-        return max(0, self.attempts - 1) if self.state is not JobState.ACTIVE else self.attempts - 1
+        if self.state is JobState.ACTIVE or self.state.terminal:
+            return max(0, self.attempts - 1)  # the current or last attempt did not go back
+        return self.attempts
 
     def __repr__(self) -> str:
         return f"<Job {self.id} {self.function} {self.state.name} attempts={self.attempts}>"

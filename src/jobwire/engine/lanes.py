@@ -20,7 +20,7 @@ _AVAILABLE = JobState.AVAILABLE
 
 
 class Lane:
-    __slots__ = ("count", "function", "levels", "order", "queue")
+    __slots__ = ("count", "function", "levels", "order", "queue", "stale")
 
     def __init__(self, queue: str, function: FunctionInfo) -> None:
         self.queue = queue
@@ -28,18 +28,38 @@ class Lane:
         self.levels: dict[int, deque[Job]] = {}
         self.order: list[int] = []  # priority levels present, highest first
         self.count = 0  # live available jobs
+        self.stale = 0  # entries of jobs that left without being popped
 
     def push(self, job: Job, *, front: bool = False) -> None:
+        """Queue a job; `front` puts a job back (a requeue) ahead of younger ones.
+
+        Each level stays in `seq` order: requeued jobs line up by when they were first
+        queued, whatever order they come back in.
+        """
+        if self.stale > self.count:
+            self._compact()
         level = self.levels.get(job.priority)
         if level is None:
             level = self.levels[job.priority] = deque()
             self.order.append(job.priority)
             self.order.sort(reverse=True)
         if front:
-            level.appendleft(job)
+            # Only other requeued jobs can be older, so this scan stays near the head.
+            index = 0
+            for queued in level:
+                if queued.seq > job.seq:
+                    break
+                index += 1
+            level.insert(index, job)
         else:
             level.append(job)
         self.count += 1
+
+    def _compact(self) -> None:
+        """Drop stale entries once they outnumber live ones (amortized O(1) per discard)."""
+        for priority, level in self.levels.items():
+            self.levels[priority] = deque(job for job in level if job.state is _AVAILABLE)
+        self.stale = 0
 
     def head(self) -> Job | None:
         """The job `pop` would return, without removing it."""
@@ -52,6 +72,7 @@ class Lane:
                 if job.state is _AVAILABLE:
                     return job
                 level.popleft()  # stale: cancelled or moved while queued
+                self.stale -= 1
         return None
 
     def pop(self) -> Job | None:
@@ -64,6 +85,7 @@ class Lane:
     def discard(self) -> None:
         """Account for a queued job that left without being popped (it stays as a stale entry)."""
         self.count -= 1
+        self.stale += 1
 
     def count_by_level(self) -> tuple[int, int, int]:
         """Live jobs in Gearman's HIGH, NORMAL and LOW bands."""
