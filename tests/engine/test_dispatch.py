@@ -93,6 +93,26 @@ def test_grab_stops_a_worker_sleeping(h: Harness) -> None:
     assert w.handler.wakes == 0
 
 
+def test_work_is_not_stranded_when_the_woken_worker_leaves(h: Harness) -> None:
+    # With one wake per job, the woken worker dying before it grabs must not leave the job
+    # queued while other workers sleep.
+    woken, sleeper = h.worker("f"), h.worker("f")
+    h.engine.sleep(woken.session)
+    h.engine.sleep(sleeper.session)
+    h.engine.submit("f", b"")
+    assert (woken.handler.wakes, sleeper.handler.wakes) == (1, 0)
+    h.engine.remove_worker(woken.session)
+    assert sleeper.handler.wakes == 1
+    assert h.engine.grab(sleeper.session) is not None
+
+
+def test_leaving_worker_does_not_wake_sleepers_when_there_is_no_work(h: Harness) -> None:
+    leaving, sleeper = h.worker("f"), h.worker("f")
+    h.engine.sleep(sleeper.session)
+    h.engine.remove_worker(leaving.session)
+    assert sleeper.handler.wakes == 0
+
+
 def test_wake_skips_workers_that_left(h: Harness) -> None:
     gone, stays = h.worker("f"), h.worker("f")
     h.engine.sleep(gone.session)
