@@ -291,7 +291,8 @@ class SQLiteStore:
 
     def _note_result(self, rows: int, error: str | None) -> None:
         if error is None:
-            if self._failures:
+            # Deleting the jobs of a failed batch writes nothing: no sign of recovery yet.
+            if self._failures and rows:
                 log.warning(
                     "store %s: commits succeed again after %d failed (last: %s)",
                     self.path,

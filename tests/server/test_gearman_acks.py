@@ -1,0 +1,142 @@
+"""GearmanConnection holds replies until the store commits, batch by batch.
+
+A fake store decides when (and whether) each commit succeeds, and a fake transport records
+what the client would have read, so every interleaving is exact.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from jobwire.engine import Engine, EngineConfig, Job
+from jobwire.protocols.gearman.packets import PacketType as T
+from jobwire.protocols.gearman.packets import encode, encode_request
+from jobwire.server.gearman import GearmanConnection, GearmanOptions, GearmanServer
+from jobwire.server.runtime import Runtime
+
+
+class FakeStore:
+    durable = True
+
+    def __init__(self) -> None:
+        self.write_count = 0
+        self.saved: list[str] = []
+        self.removed: list[str] = []
+        self.waiting: list[list[Callable[[bool], None]]] = []  # one entry per batch
+        self.open_batch = False
+
+    def load(self) -> list[Any]:
+        return []
+
+    def job_saved(self, job: Job) -> None:
+        self._write()
+        self.saved.append(job.id)
+
+    def job_removed(self, job: Job) -> None:
+        self._write()
+        self.removed.append(job.id)
+
+    def _write(self) -> None:
+        self.write_count += 1
+        if not self.open_batch:
+            self.open_batch = True
+            self.waiting.append([])
+
+    def end_turn(self) -> None:
+        self.open_batch = False
+
+    def pending(self) -> bool:
+        return bool(self.waiting)
+
+    def after_commit(self, callback: Callable[[bool], None]) -> None:
+        self.waiting[-1].append(callback)
+
+    def commit(self, ok: bool = True) -> None:
+        for callback in self.waiting.pop(0):
+            callback(ok)
+
+    def close(self) -> None:
+        pass
+
+
+class FakeTransport:
+    def __init__(self) -> None:
+        self.data = b""
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name: str) -> None:
+        return None
+
+    def take(self) -> bytes:
+        data, self.data = self.data, b""
+        return data
+
+
+def submit_bg(payload: bytes) -> bytes:
+    return encode_request(T.SUBMIT_JOB_BG, b"f", b"", payload)
+
+
+def created(handle: str) -> bytes:
+    return encode(T.JOB_CREATED, handle.encode())
+
+
+NOT_STORED = encode(T.ERROR, b"QUEUE_ERROR", b"Job could not be stored")
+
+
+async def connect() -> tuple[FakeStore, Engine, GearmanConnection, FakeTransport]:
+    store = FakeStore()
+    engine = Engine(EngineConfig(handle_prefix="H"), store=store)
+    server = GearmanServer(Runtime(engine, asyncio.get_running_loop()), GearmanOptions())
+    conn = server.protocol_factory()
+    transport = FakeTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    return store, engine, conn, transport
+
+
+def test_each_batch_is_released_by_its_own_commit() -> None:
+    async def main() -> None:
+        store, _engine, conn, transport = await connect()
+        conn.data_received(submit_bg(b"a"))
+        store.end_turn()
+        conn.data_received(submit_bg(b"b") + encode_request(T.ECHO_REQ, b"x"))
+        store.end_turn()
+        assert transport.take() == b""
+        store.commit()  # the first batch only
+        assert transport.take() == created("H:1")
+        store.commit()
+        assert transport.take() == created("H:2") + encode(T.ECHO_RES, b"x")
+
+    asyncio.run(main())
+
+
+def test_failed_commit_turns_acks_into_errors_and_drops_the_jobs() -> None:
+    async def main() -> None:
+        store, engine, conn, transport = await connect()
+        conn.data_received(submit_bg(b"kept"))
+        store.end_turn()
+        store.commit()
+        assert transport.take() == created("H:1")
+        foreground = encode_request(T.SUBMIT_JOB, b"g", b"", b"fg")
+        conn.data_received(submit_bg(b"lost") + foreground + submit_bg(b"lost too"))
+        store.end_turn()
+        conn.data_received(submit_bg(b"next"))
+        store.end_turn()
+        store.commit(ok=False)
+        # Foreground jobs are not stored, so their JOB_CREATED stands.
+        assert transport.take() == NOT_STORED + created("H:3") + NOT_STORED
+        assert sorted(engine.jobs) == ["H:1", "H:3", "H:5"]
+        assert store.removed == ["H:2", "H:4"]
+        store.commit()
+        assert transport.take() == created("H:5")
+
+    asyncio.run(main())
