@@ -90,10 +90,14 @@ def start_jobwire(
     if http:
         http_port = free_port()
         cmd += ["--http-port", str(http_port)]
+    else:
+        cmd += ["--http-port", "0"]  # parallel servers must not all claim 8080
     cmd += list(args)
     log = open(workdir / "server.log", "wb")  # noqa: SIM115 - owned by the process
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
     wait_for_port(port, proc)
+    if http_port is not None:
+        wait_for_port(http_port, proc)
     return ServerProcess("jobwire", proc, port, workdir, http_port)
 
 

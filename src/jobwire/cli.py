@@ -12,6 +12,7 @@ from jobwire import __version__
 from jobwire.engine import EngineConfig
 from jobwire.server.app import DEFAULT_STORE, ServerConfig, run
 from jobwire.server.gearman import GearmanOptions
+from jobwire.server.ojs.app import OJSOptions
 
 LEVELS = ["FATAL", "ALERT", "CRITICAL", "ERROR", "WARNING", "NOTICE", "INFO", "DEBUG"]
 _PY_LEVEL = {
@@ -55,7 +56,20 @@ def _setup_logging(log_file: str, verbose: str) -> None:
     envvar="GEARMAND_PORT",
     help="Gearman TCP port.",
 )
-@click.option("--http-port", default=8080, show_default=True, help="HTTP port (OJS, /work).")
+@click.option(
+    "--http-port", default=8080, show_default=True, help="HTTP port (OJS, /work); 0 disables HTTP."
+)
+@click.option(
+    "--allow-reset",
+    is_flag=True,
+    help="Serve POST /ojs/v1/admin/reset, which wipes all jobs (for conformance test runners).",
+)
+@click.option(
+    "--retain-finished",
+    type=float,
+    default=None,
+    help="Seconds finished jobs stay visible to status queries [default: 3600 with HTTP, else 0].",
+)
 @click.option(
     "--store", default=DEFAULT_STORE, show_default=True, help="Job store: memory, or sqlite:PATH."
 )
@@ -109,6 +123,8 @@ def serve(
     listen: str,
     port: int,
     http_port: int,
+    allow_reset: bool,
+    retain_finished: float | None,
     store: str,
     fsync: str,
     job_retries: int,
@@ -142,7 +158,11 @@ def serve(
             job_retries=job_retries or None,
             worker_wakeup=worker_wakeup,
             handle_prefix=job_handle_prefix or "",
+            retain_finished=(3600.0 if http_port else 0.0)
+            if retain_finished is None
+            else retain_finished,
         ),
+        ojs=OJSOptions(allow_reset=allow_reset),
         gearman=GearmanOptions(
             exceptions=exceptions,
             max_packet=max_packet_size,

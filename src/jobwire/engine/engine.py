@@ -14,6 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from jobwire.engine.errors import IllegalTransition, JobNotHeld, QueueFull
 from jobwire.engine.job import (
@@ -169,6 +170,7 @@ class Engine:
         max_attempts: int | None = None,
         lease_timeout: float | None = None,
         pending: bool = False,
+        ext: dict[str, Any] | None = None,
     ) -> tuple[Job, bool]:
         """Add a job, or join the live job with the same unique key.
 
@@ -203,6 +205,7 @@ class Engine:
         job.max_attempts = max_attempts if max_attempts is not None else self.config.job_retries
         job.lease_timeout = lease_timeout
         job.reducer = reducer
+        job.ext = ext
         self.jobs[job.id] = job
         if key is not None:
             self.uniques[key] = job
@@ -304,14 +307,6 @@ class Engine:
         for job in list(worker.jobs.values()):
             self._requeue(job, reason)
         worker.state = WorkerState.TERMINATED
-        # It may have been woken for work it never took: pass the wake-up on to others.
-        for name in worker.abilities:
-            fn = self.functions.get(name)
-            if fn is not None and fn.waiters:
-                for lane in list(fn.lanes.values()):
-                    head = lane.head()
-                    if head is not None:
-                        self._notify(fn, head)
 
     def add_ability(
         self, worker: WorkerSession, function: str, timeout: float | None = None
@@ -613,6 +608,34 @@ class Engine:
         assert job.subscribers is not None
         for subscriber in tuple(job.subscribers):
             subscriber.job_event(job, event, data)
+
+    # ------------------------------------------------------------------ admin
+
+    def reset(self) -> None:
+        """Forget every job and queue setting (a test runner's admin reset).
+
+        Workers stay connected; jobs they hold are simply gone. Stale timer entries stay in
+        the heap and are ignored when they fire, because every forgotten job is marked
+        cancelled. The store is not touched: use it with the memory store only.
+        """
+        for job in self.jobs.values():
+            if job.worker is not None:
+                job.worker.jobs.pop(job.id, None)
+                job.worker = None
+            job.state = JobState.CANCELLED
+            job.subscribers = None
+        self.jobs.clear()
+        self.uniques.clear()
+        self._finished.clear()
+        for fn in self.functions.values():
+            fn.running = 0
+            fn.scheduled = 0
+            for lane in fn.lanes.values():
+                lane.levels.clear()
+                lane.order.clear()
+                lane.count = 0
+        for info in self.queues.values():
+            info.paused = False
 
     # ------------------------------------------------------------------ time and replay
 

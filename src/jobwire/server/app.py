@@ -11,6 +11,7 @@ from pathlib import Path
 
 from jobwire.engine import Engine, EngineConfig
 from jobwire.server.gearman import GearmanOptions, GearmanServer
+from jobwire.server.ojs.app import OJSOptions, OJSService, start_http
 from jobwire.server.runtime import Runtime
 from jobwire.store.base import MemoryStore, Store
 
@@ -30,6 +31,7 @@ class ServerConfig:
     pid_file: Path | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)
     gearman: GearmanOptions = field(default_factory=GearmanOptions)
+    ojs: OJSOptions = field(default_factory=OJSOptions)
 
 
 def open_store(spec: str, fsync: str = "batch") -> Store:
@@ -80,6 +82,12 @@ class Server:
             reuse_address=True,
         )
         self._servers.append(tcp)
+        http = None
+        if config.http_port:  # 0 or None: no HTTP listener
+            http = await start_http(
+                OJSService(runtime, config.ojs), config.listen, config.http_port
+            )
+            log.info("jobwire listening on %s:%d (http)", config.listen, config.http_port)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         log.info("jobwire listening on %s:%d (gearman)", config.listen, config.port)
@@ -93,6 +101,8 @@ class Server:
             for conn in list(gearman.connections.values()):
                 conn.flush()
             await asyncio.sleep(0)
+            if http is not None:
+                await http.cleanup()
             runtime.close()
             store.close()
             if config.pid_file is not None:

@@ -1,0 +1,113 @@
+"""Engine jobs as OJS JSON objects, and the one payload mapping rule between protocols.
+
+Mapping rule (documented in the README): the OJS `type` is the engine function (the Gearman
+function name). A job pushed over OJS carries `payload = JSON encoding of args`; a job submitted
+by another protocol (Gearman) appears to OJS with `args = [payload decoded as UTF-8]`.
+Results go the same way: an OJS ack stores the JSON encoding of `result` as the result bytes,
+and a result from another protocol appears as a JSON string.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from jobwire.engine.job import Job, JobState
+from jobwire.protocols.ojs.envelope import SPEC_VERSION
+from jobwire.protocols.ojs.times import format_time
+
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+def payload_for(args: list[Any]) -> bytes:
+    return orjson.dumps(args)
+
+
+def args_of(job: Job) -> list[Any]:
+    ext = job.ext
+    if ext is not None and "args" in ext:
+        args: list[Any] = ext["args"]
+        return args
+    return [job.payload.decode("utf-8", "replace")]
+
+
+def result_of(job: Job) -> Any:
+    ext = job.ext
+    if ext is not None and "result" in ext:
+        return ext["result"]
+    if job.result is None:
+        return None
+    return job.result.decode("utf-8", "replace")
+
+
+def error_of(job: Job) -> dict[str, Any] | None:
+    error = job.error
+    if error is None:
+        return None
+    if isinstance(error, dict):
+        return error
+    if isinstance(error, bytes):
+        error = error.decode("utf-8", "replace")
+    text = str(error)
+    kind = "visibility_timeout" if text == "lease expired" else "error"
+    if text == "worker lost":
+        kind = "worker_death"
+    return {"type": kind, "code": kind, "message": text or kind}
+
+
+def state_name(state: JobState) -> str:
+    return state.name.lower()
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    """The job as OJS shows it (GET /ojs/v1/jobs/:id and every reply that embeds a job)."""
+    ext = job.ext or {}
+    out: dict[str, Any] = dict(ext.get("extra") or {})
+    state = job.state
+    out.update(
+        specversion=SPEC_VERSION,
+        id=job.id,
+        type=job.function,
+        queue=job.queue,
+        args=args_of(job),
+        state=state_name(state),
+        priority=job.priority,
+        attempt=job.attempts,
+        max_attempts=job.max_attempts if job.max_attempts is not None else DEFAULT_MAX_ATTEMPTS,
+        created_at=format_time(job.created_at),
+        enqueued_at=format_time(ext.get("enqueued_at", job.created_at)),
+    )
+    if ext.get("meta") is not None:
+        out["meta"] = ext["meta"]
+    if ext.get("tags") is not None:
+        out["tags"] = ext["tags"]
+    if ext.get("timeout") is not None:
+        out["timeout_ms"] = int(ext["timeout"] * 1000)
+    if job.run_at is not None and state in (JobState.SCHEDULED, JobState.RETRYABLE):
+        out["scheduled_at"] = format_time(job.run_at)
+    if state is JobState.RETRYABLE and job.run_at is not None:
+        out["next_attempt_at"] = format_time(job.run_at)
+    if ext.get("retry_delay") is not None:
+        out["retry_delay_ms"] = int(ext["retry_delay"] * 1000)
+    if job.started_at is not None and job.attempts:
+        out["started_at"] = format_time(job.started_at)
+    finished = job.finished_at
+    if finished is not None:
+        if state is JobState.COMPLETED or state is JobState.DISCARDED:
+            out["completed_at"] = format_time(finished)
+        if state is JobState.DISCARDED:
+            out["discarded_at"] = format_time(finished)
+        if state is JobState.CANCELLED:
+            out["cancelled_at"] = format_time(finished)
+    if state is not JobState.COMPLETED:
+        error = error_of(job)
+        if error is not None:
+            out["error"] = error
+    if ext.get("errors"):
+        out["errors"] = ext["errors"]
+    if state is JobState.COMPLETED:
+        result = result_of(job)
+        if result is not None:
+            out["result"] = result
+    return out
