@@ -307,6 +307,14 @@ class Engine:
         for job in list(worker.jobs.values()):
             self._requeue(job, reason)
         worker.state = WorkerState.TERMINATED
+        # It may have been woken for work it never took: pass the wake-up on to others.
+        for name in worker.abilities:
+            fn = self.functions.get(name)
+            if fn is not None and fn.waiters:
+                for lane in list(fn.lanes.values()):
+                    head = lane.head()
+                    if head is not None:
+                        self._notify(fn, head)
 
     def add_ability(
         self, worker: WorkerSession, function: str, timeout: float | None = None
