@@ -345,6 +345,7 @@ class AsyncClient:
         self._sessions: dict[int, _Session] = {}
         self._opening: dict[int, asyncio.Task[_Session]] = {}
         self._round_robin = itertools.count()
+        self._closed = False
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -353,6 +354,8 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
+        """Close the connections; requests still in flight fail with ServerUnavailable."""
+        self._closed = True
         sessions, self._sessions = list(self._sessions.values()), {}
         await asyncio.gather(*(session.conn.close() for session in sessions))
 
@@ -544,6 +547,8 @@ class AsyncClient:
         return next(self._round_robin) % len(self.servers)
 
     async def _session(self, index: int) -> _Session:
+        if self._closed:
+            raise ServerUnavailable("the client is closed")
         session = self._sessions.get(index)
         if session is not None and session.alive:
             return session
@@ -585,9 +590,11 @@ class AsyncClient:
                     error = result
                 else:
                     outcomes[i] = result
-            if not retry:
-                return outcomes
             todo = retry
+            if not todo:
+                return outcomes
+            if self._closed:
+                raise ServerUnavailable("the client was closed")
             log.warning(
                 "%d job(s) not done on %s (%s); retrying", len(todo), self.servers[index], error
             )

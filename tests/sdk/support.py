@@ -1,0 +1,182 @@
+"""Helpers for the SDK tests: workers in-process or as processes, and job markers.
+
+Tests synchronise on events they can observe (marker files written by a starting task, the
+server's admin `status`), polled up to a generous deadline; no outcome depends on timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from jobwire import Client, Worker
+from tests.interop.gearman_raw import DEADLINE, status, wait_until
+from tests.sdk import fixtures_tasks
+from tests.servers import ServerProcess
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: Client settings for tests: quick backoff, and enough retries to outlast a server restart.
+PATIENT = {"timeout": 5.0, "retries": 60, "backoff": 0.05, "backoff_cap": 0.5, "heartbeat": 0.5}
+
+
+class Markers:
+    """The folder where `block` tasks record their starts and wait for their release."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="jobwire-sdk-"))
+
+    def spec(self, job_id: str) -> dict[str, str]:
+        """The payload of a `block` job."""
+        return {"dir": str(self.dir), "id": job_id}
+
+    def starts(self, job_id: str) -> list[Path]:
+        return sorted(self.dir.glob(f"{job_id}.started.*"))
+
+    def pids(self, job_id: str) -> list[int]:
+        return [int(path.name.split(".")[2]) for path in self.starts(job_id)]
+
+    def wait_started(self, job_id: str, count: int = 1) -> list[int]:
+        """Wait until job `job_id` has started `count` times; the pids that ran it."""
+        wait_until(lambda: len(self.starts(job_id)) >= count, f"{job_id} started {count}x")
+        return self.pids(job_id)
+
+    def release(self, job_id: str) -> None:
+        (self.dir / f"{job_id}.release").touch()
+
+
+def fresh_worker(servers: Sequence[str], **options: Any) -> Worker:
+    """A Worker with the fixture tasks and quick test settings."""
+    settings: dict[str, Any] = {
+        "concurrency": 2,
+        "grace_period": 0.0,
+        "heartbeat": 0.5,
+        "reconnect_base": 0.05,
+        "reconnect_cap": 0.2,
+    }
+    settings.update(options)
+    worker = Worker(servers, **settings)
+    worker.tasks = dict(fixtures_tasks.worker.tasks)
+    return worker
+
+
+@contextmanager
+def worker_thread(servers: Sequence[str], **options: Any) -> Iterator[Worker]:
+    """A worker serving in a background thread (no signals there); stopped on exit."""
+    worker = fresh_worker(servers, **options)
+    thread = threading.Thread(target=worker.run, name="test-worker", daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        worker.stop()  # skip the grace period: leftover jobs are failed
+        thread.join(DEADLINE)
+        assert not thread.is_alive(), "worker did not stop"
+
+
+def wait_workers(server: ServerProcess, count: int = 1, function: str = "echo") -> None:
+    """Wait until exactly `count` workers have registered `function` on `server`."""
+    wait_until(
+        lambda: status(server).get(function, (0, 0, 0))[2] == count,
+        f"{count} worker(s) for {function} on {server.address}",
+    )
+
+
+def wait_status(
+    server: ServerProcess, function: str, total: int, running: int
+) -> tuple[int, int, int]:
+    """Wait until `function` has `total` jobs (queued + running), `running` of them running."""
+    return wait_until(
+        lambda: (row := status(server).get(function)) and row[:2] == (total, running) and row,
+        f"{function}: total {total}, running {running}",
+    )
+
+
+class WorkerProcess:
+    """`python -m jobwire worker tests.sdk.fixtures_tasks:worker` with its log kept."""
+
+    def __init__(self, servers: Sequence[str], *args: str) -> None:
+        self.log_path = Path(tempfile.mkstemp(prefix="jobwire-worker-", suffix=".log")[1])
+        command = [sys.executable, "-m", "jobwire", "worker", "tests.sdk.fixtures_tasks:worker"]
+        for server in servers:
+            command += ["--server", server]
+        command += ["--log-level", "DEBUG", *args]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=_env()
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def signal(self, signum: signal.Signals) -> None:
+        self.proc.send_signal(signum)
+
+    def wait(self) -> int:
+        try:
+            return self.proc.wait(DEADLINE)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker did not exit:\n{self.log()}") from None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+@contextmanager
+def worker_processes(
+    servers: Sequence[str], count: int = 1, *args: str
+) -> Iterator[list[WorkerProcess]]:
+    procs = [WorkerProcess(servers, *args) for _ in range(count)]
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            proc.kill()
+
+
+@contextmanager
+def client_thread(
+    client: Client, function: str, payload: Any, **options: Any
+) -> Iterator[dict[str, Any]]:
+    """Run `client.submit(...)` in a thread; the dict gets "result" or "error" when it ends."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["result"] = client.submit(function, payload, **options)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield outcome
+    finally:
+        thread.join(DEADLINE)
+        assert not thread.is_alive(), "submit did not return"
+
+
+def as_json(data: bytes) -> Any:
+    return json.loads(data)
