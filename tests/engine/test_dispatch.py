@@ -106,6 +106,37 @@ def test_work_is_not_stranded_when_the_woken_worker_leaves(h: Harness) -> None:
     assert h.engine.grab(sleeper.session) is not None
 
 
+def test_work_is_not_stranded_when_the_woken_worker_drops_the_function(h: Harness) -> None:
+    woken, sleeper = h.worker("f", "g"), h.worker("f")
+    h.engine.sleep(woken.session)
+    h.engine.sleep(sleeper.session)
+    h.engine.submit("f", b"")
+    assert (woken.handler.wakes, sleeper.handler.wakes) == (1, 0)
+    h.engine.remove_ability(woken.session, "f")
+    assert sleeper.handler.wakes == 1
+
+
+def test_work_is_not_stranded_when_the_woken_worker_goes_quiet(h: Harness) -> None:
+    woken, sleeper = h.worker("f"), h.worker("f")
+    h.engine.sleep(woken.session)
+    h.engine.sleep(sleeper.session)
+    h.engine.submit("f", b"")
+    h.engine.set_worker_state(woken.session, WorkerState.QUIET)
+    assert sleeper.handler.wakes == 1
+
+
+def test_a_sleeper_dropping_a_function_wakes_nobody(h: Harness) -> None:
+    a, b, c, d = (h.worker("f") for _ in range(4))
+    for w in (a, b, c, d):
+        h.engine.sleep(w.session)
+    h.engine.submit("f", b"1")
+    h.engine.submit("f", b"2")
+    assert [w.handler.wakes for w in (a, b, c, d)] == [1, 1, 0, 0]
+    h.engine.remove_ability(c.session, "f")  # it was asleep: it owed nobody a wake-up
+    h.engine.set_worker_state(d.session, WorkerState.QUIET)
+    assert [w.handler.wakes for w in (a, b, c, d)] == [1, 1, 0, 0]
+
+
 def test_leaving_worker_does_not_wake_sleepers_when_there_is_no_work(h: Harness) -> None:
     leaving, sleeper = h.worker("f"), h.worker("f")
     h.engine.sleep(sleeper.session)

@@ -283,6 +283,23 @@ class Engine:
         for name in worker.abilities:
             self.function(name).waiters[worker] = None
 
+    def _is_waiting(self, worker: WorkerSession) -> bool:
+        """Asleep (WAKE) or holding push credit: in every waiter list of its functions."""
+        name = next(iter(worker.abilities), None)
+        fn = self.functions.get(name) if name is not None else None
+        return fn is not None and worker in fn.waiters
+
+    def _pass_on_wake(self, names: Iterable[str]) -> None:
+        """An awake worker will not take work of these functions: it may have been woken
+        for some of it, so wake sleepers for what is queued (no job is left stranded)."""
+        for name in names:
+            fn = self.functions.get(name)
+            if fn is not None and fn.waiters:
+                for lane in list(fn.lanes.values()):
+                    head = lane.head()
+                    if head is not None:
+                        self._notify(fn, head)
+
     def _stop_waiting(self, worker: WorkerSession) -> None:
         functions = self.functions
         for name in worker.abilities:
@@ -298,6 +315,7 @@ class Engine:
 
     def remove_worker(self, worker: WorkerSession, reason: str = "worker lost") -> None:
         """The worker is gone: forget it and requeue what it held."""
+        awake = not self._is_waiting(worker)
         self._stop_waiting(worker)
         for name in worker.abilities:
             fn = self.functions.get(name)
@@ -307,14 +325,8 @@ class Engine:
         for job in list(worker.jobs.values()):
             self._requeue(job, reason)
         worker.state = WorkerState.TERMINATED
-        # It may have been woken for work it never took: pass the wake-up on to others.
-        for name in worker.abilities:
-            fn = self.functions.get(name)
-            if fn is not None and fn.waiters:
-                for lane in list(fn.lanes.values()):
-                    head = lane.head()
-                    if head is not None:
-                        self._notify(fn, head)
+        if awake:
+            self._pass_on_wake(worker.abilities)
 
     def add_ability(
         self, worker: WorkerSession, function: str, timeout: float | None = None
@@ -330,7 +342,10 @@ class Engine:
         fn = self.functions.get(function)
         if fn is not None:
             fn.workers.pop(worker, None)
-            fn.waiters.pop(worker, None)
+            if worker in fn.waiters:
+                del fn.waiters[worker]
+            else:
+                self._pass_on_wake((function,))
 
     def reset_abilities(self, worker: WorkerSession) -> None:
         for name in list(worker.abilities):
@@ -339,6 +354,8 @@ class Engine:
     def set_worker_state(self, worker: WorkerSession, state: WorkerState) -> None:
         worker.state = state
         if state is not WorkerState.RUNNING:
+            if not self._is_waiting(worker):
+                self._pass_on_wake(worker.abilities)
             self._stop_waiting(worker)
 
     def has_work(self, worker: WorkerSession) -> bool:
