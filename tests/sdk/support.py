@@ -24,6 +24,9 @@ from tests.sdk import fixtures_tasks
 from tests.servers import ServerProcess
 
 REPO = Path(__file__).resolve().parents[2]
+#: What a worker logs when it turns quiet or running again (tests wait for these lines).
+QUIET = "quiet: taking no new jobs"
+RUNNING = "running: taking jobs again"
 
 #: Client settings for tests: quick backoff, and enough retries to outlast a server restart.
 PATIENT = {"timeout": 5.0, "retries": 60, "backoff": 0.05, "backoff_cap": 0.5, "heartbeat": 0.5}
@@ -43,6 +46,7 @@ class Markers:
         return sorted(self.dir.glob(f"{job_id}.started.*"))
 
     def pids(self, job_id: str) -> list[int]:
+        """The pids of the processes that started the job, one per start, in no order."""
         return [int(path.name.split(".")[2]) for path in self.starts(job_id)]
 
     def wait_started(self, job_id: str, count: int = 1) -> list[int]:
@@ -136,6 +140,10 @@ class WorkerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def wait_log(self, text: str, count: int = 1) -> None:
+        """Wait until the worker has logged `text` `count` times (e.g. that it is quiet)."""
+        wait_until(lambda: self.log().count(text) >= count, f"worker log: {text!r} x{count}")
 
 
 def _env() -> dict[str, str]:

@@ -14,8 +14,10 @@ result cannot be delivered: the server has requeued the job, which will run agai
 
 Lifecycle (Open Job Spec worker protocol): running -> quiet -> terminate -> terminated.
 SIGTERM/SIGINT: quiet, wait up to `grace_period` for running jobs, WORK_FAIL the rest, exit.
-SIGTSTP: quiet; SIGCONT: running again. Quiet sends RESET_ABILITIES, so servers see no worker for
-the functions and cannot hand it jobs (or wake it instead of a worker that would take them).
+SIGTSTP: quiet; SIGCONT: running again. A quiet worker also sends RESET_ABILITIES on each
+connection once it holds no job from it, so servers stop counting it (admin `status`) and stop
+waking it instead of a worker that would take the job. Not earlier: gearmand requeues the jobs a
+connection holds when it resets its abilities, and would run them twice.
 """
 
 from __future__ import annotations
@@ -176,6 +178,7 @@ class _Link:
         self.conn: Connection | None = None
         self.grabbing = False  # a GRAB is in flight (it reserves a slot)
         self.wants_grab = False  # the server may have work for us (just connected, or NOOP)
+        self.registered = False  # abilities sent on this connection
 
     @property
     def ready(self) -> bool:
@@ -336,9 +339,16 @@ class Worker:
             return
         log.info("quiet: taking no new jobs")
         self.state = WorkerState.QUIET
+        self._unregister_idle()
+
+    def _unregister_idle(self) -> None:
+        """Quiet: drop the abilities of connections that hold no job and await no grab."""
+        busy = {job._conn for job in self._running.values()}
         for link in self._links:
-            if link.conn is not None and link.conn.is_open:
+            if link.registered and link.ready and not link.grabbing and link.conn not in busy:
+                assert link.conn is not None
                 link.conn.send(_RESET)
+                link.registered = False
 
     def _go_running(self) -> None:
         if self.state is not WorkerState.QUIET or (self._stop and self._stop.is_set()):
@@ -346,8 +356,11 @@ class Worker:
         log.info("running: taking jobs again")
         self.state = WorkerState.RUNNING
         for link in self._links:
-            if link.conn is not None and link.conn.is_open:
-                link.conn.send(self._abilities())
+            if link.ready:
+                assert link.conn is not None
+                if not link.registered:
+                    link.conn.send(self._abilities())
+                    link.registered = True
                 link.wants_grab = True
         self._dispatch()
 
@@ -409,13 +422,14 @@ class Worker:
             else:
                 link.conn, link.grabbing, link.wants_grab = conn, False, True
                 hello = encode_request(P.SET_CLIENT_ID, self.client_id.encode())
-                if self.state is WorkerState.RUNNING:
+                link.registered = self.state is WorkerState.RUNNING
+                if link.registered:
                     hello += self._abilities()
                 conn.send(hello)
                 log.info("connected to %s", link.name)
                 self._dispatch()
                 await asyncio.shield(conn.closed)  # cancelling us must not cancel `closed`
-                link.grabbing = link.wants_grab = False
+                link.grabbing = link.wants_grab = link.registered = False
                 self._dispatch()  # the slot its GRAB reserved may be usable elsewhere
                 if conn.heard_anything:
                     delay = self.reconnect_base  # it worked for a while: start over
@@ -445,7 +459,14 @@ class Worker:
             log.log(level, "%s: ERROR %s %s", link.name, code, text)
         else:
             log.debug("%s: ignoring %r", link.name, packet)
-        self._dispatch()
+        self._settle()
+
+    def _settle(self) -> None:
+        """After any change in jobs or grabs: grab if running, else unregister what is idle."""
+        if self.state is WorkerState.RUNNING:
+            self._dispatch()
+        else:
+            self._unregister_idle()
 
     def _dispatch(self) -> None:
         """Grab on servers that may have work, while slots are free; rotate for fairness."""
@@ -489,7 +510,7 @@ class Worker:
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
         self._running.pop(task, None)
-        self._dispatch()
+        self._settle()
 
     async def _run_job(self, job: Job) -> None:
         handle = job.handle.encode()

@@ -1,0 +1,239 @@
+"""Worker: many-to-many with one concurrency budget, sleeping without polling, surviving dead
+workers and restarted servers (Paranoid Pirate)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from jobwire import Client
+from jobwire.protocols.gearman import Decoder, Packet, PacketType, encode
+from jobwire.sdk.worker import server_timeout_ms
+from tests.interop.gearman_raw import status, wait_until
+from tests.sdk.support import (
+    PATIENT,
+    Markers,
+    client_thread,
+    wait_status,
+    wait_workers,
+    worker_processes,
+    worker_thread,
+)
+from tests.servers import ServerProcess, free_port, start_gearmand, start_jobwire
+
+P = PacketType
+STARTERS: dict[str, Callable[..., ServerProcess]] = {
+    "jobwire": start_jobwire,
+    "gearmand": start_gearmand,
+}
+
+
+def test_one_concurrency_budget_across_servers(
+    jobwire: ServerProcess, gearmand: ServerProcess
+) -> None:
+    markers = Markers()
+    with worker_thread([jobwire.address, gearmand.address], concurrency=2):
+        wait_workers(jobwire)
+        wait_workers(gearmand)
+        with Client([jobwire.address]) as to_jobwire, Client([gearmand.address]) as to_gearmand:
+            to_jobwire.submit_background("block", markers.spec("j1"))
+            to_gearmand.submit_background("block", markers.spec("g1"))
+            to_jobwire.submit_background("block", markers.spec("j2"))
+            to_gearmand.submit_background("block", markers.spec("g2"))
+
+            def started() -> list[str]:
+                return [j for j in ("j1", "j2", "g1", "g2") if markers.starts(j)]
+
+            first = wait_until(lambda: len(started()) >= 2 and started(), "two jobs started")
+            running = status(jobwire)["block"][1] + status(gearmand)["block"][1]
+            assert (len(first), running) == (2, 2)  # the budget is shared: no third job
+            for job_id in first:
+                markers.release(job_id)
+            wait_until(lambda: len(started()) == 4, "the other two jobs started")
+            for job_id in ("j1", "j2", "g1", "g2"):
+                markers.release(job_id)
+            wait_status(jobwire, "block", 0, 0)
+            wait_status(gearmand, "block", 0, 0)
+
+
+class FakeServer:
+    """A scripted Gearman server that records every packet, per connection.
+
+    While `answering`, it replies NO_JOB to grabs and ECHO_RES to pings; otherwise it reads
+    and stays silent, like a hung server.
+    """
+
+    def __init__(self) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.answering = True
+        self.connections: list[list[Packet]] = []
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            packets: list[Packet] = []
+            self.connections.append(packets)
+            self.sockets.append(sock)
+            threading.Thread(target=self._serve, args=(sock, packets), daemon=True).start()
+
+    def _serve(self, sock: socket.socket, packets: list[Packet]) -> None:
+        decoder = Decoder()
+        while data := _recv(sock):
+            for packet in decoder.feed(data):
+                assert isinstance(packet, Packet)
+                packets.append(packet)
+                if not self.answering:
+                    continue
+                if packet.type == P.GRAB_JOB_UNIQ:
+                    sock.sendall(encode(P.NO_JOB))
+                elif packet.type == P.ECHO_REQ:
+                    sock.sendall(encode(P.ECHO_RES, packet.args[0]))
+
+    def types(self, connection: int) -> list[PacketType]:
+        """Packet types received on the n-th connection (none if it is not open yet)."""
+        packets = self.connections[connection] if connection < len(self.connections) else []
+        return [PacketType(packet.type) for packet in packets]
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.sockets:
+            sock.close()
+
+
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(65536)
+    except OSError:
+        return b""
+
+
+@pytest.fixture
+def fake_server() -> Iterator[FakeServer]:
+    server = FakeServer()
+    yield server
+    server.close()
+
+
+def test_sleeps_instead_of_polling_and_reconnects_when_the_server_hangs(
+    fake_server: FakeServer,
+) -> None:
+    with worker_thread([fake_server.address], heartbeat=0.05):
+        # Registered, grabbed once, got NO_JOB, went to sleep; then only heartbeats.
+        wait_until(lambda: P.ECHO_REQ in fake_server.types(0), "a heartbeat")
+        first = fake_server.types(0)
+        ping = first.index(P.ECHO_REQ)
+        assert first[0] == P.SET_CLIENT_ID
+        assert first[ping - 2 : ping] == [P.GRAB_JOB_UNIQ, P.PRE_SLEEP]
+        assert first.count(P.GRAB_JOB_UNIQ) == 1
+        # The server stops answering: the worker gives up on it and registers anew.
+        fake_server.answering = False
+        wait_until(lambda: len(fake_server.connections) >= 2, "a new connection")
+        wait_until(lambda: P.GRAB_JOB_UNIQ in fake_server.types(1), "a grab on it")
+        again = fake_server.connections[1]
+        abilities = {p.args for p in again if p.type in (P.CAN_DO, P.CAN_DO_TIMEOUT)}
+        assert (b"echo",) in abilities
+        assert (b"stuck_thread", str(server_timeout_ms(0.5)).encode()) in abilities
+        # Only ECHO_REQ pings were sent to the silent server before the worker dropped it.
+        silent = fake_server.types(0)[len(first) :]
+        assert set(silent) <= {P.ECHO_REQ}
+
+
+def test_reconnect_backoff_doubles_up_to_the_cap(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="jobwire.sdk.worker")
+    refused = f"127.0.0.1:{free_port()}"
+
+    def delays() -> list[float]:
+        found = [re.search(r"retrying in (\S+)s", r.getMessage()) for r in caplog.records]
+        return [float(m.group(1)) for m in found if m]
+
+    with worker_thread([refused], reconnect_base=0.01, reconnect_cap=0.08):
+        wait_until(lambda: len(delays()) >= 6, "six reconnect attempts")
+    assert delays()[:6] == [0.01, 0.02, 0.04, 0.08, 0.08, 0.08]
+
+
+@pytest.mark.parametrize("kind", STARTERS)
+def test_sigkilled_worker_job_runs_on_another(kind: str) -> None:
+    server = STARTERS[kind]()
+    markers = Markers()
+    try:
+        with (
+            worker_processes([server.address], 2, "--concurrency", "1") as workers,
+            Client([server.address], **PATIENT) as client,
+        ):
+            wait_workers(server, 2)
+            with client_thread(client, "block", markers.spec("k")) as outcome:
+                (victim,) = markers.wait_started("k")
+                next(w for w in workers if w.pid == victim).kill()
+                pids = markers.wait_started("k", 2)
+                markers.release("k")
+            assert outcome == {"result": b"released k"}
+            survivor = next(w.pid for w in workers if w.pid != victim)
+            assert sorted(pids) == sorted([victim, survivor])
+    finally:
+        server.stop()
+
+
+@contextmanager
+def restartable(kind: str) -> Iterator[list[ServerProcess]]:
+    """A server (list[0]) that a test may replace; the current one is stopped at the end."""
+    servers = [STARTERS[kind]()]
+    try:
+        yield servers
+    finally:
+        servers[0].stop()
+
+
+def restart(servers: list[ServerProcess], kind: str) -> None:
+    """Kill the server abruptly and start a fresh one (empty queues) on the same port."""
+    port = servers[0].port
+    servers[0].kill()
+    servers[0] = STARTERS[kind](port=port)
+
+
+@pytest.mark.parametrize("kind", STARTERS)
+def test_server_restart_while_workers_idle(kind: str) -> None:
+    with (
+        restartable(kind) as servers,
+        worker_processes([servers[0].address], 2) as _workers,
+        Client([servers[0].address], **PATIENT) as client,
+    ):
+        wait_workers(servers[0], 2)
+        assert client.submit("echo", "before") == b"before"
+        restart(servers, kind)
+        wait_workers(servers[0], 2)  # both reconnected and registered again
+        assert client.submit_many("reverse", ["after", "restart"]) == [b"retfa", b"tratser"]
+
+
+@pytest.mark.parametrize("kind", STARTERS)
+def test_server_restart_while_worker_busy(kind: str) -> None:
+    """The running job's result cannot be delivered; the client resubmits (at least once)."""
+    markers = Markers()
+    with (
+        restartable(kind) as servers,
+        worker_processes([servers[0].address], 1, "--concurrency", "1") as (worker,),
+        Client([servers[0].address], **PATIENT) as client,
+    ):
+        wait_workers(servers[0])
+        with client_thread(client, "block", markers.spec("busy")) as outcome:
+            markers.wait_started("busy")
+            restart(servers, kind)
+            wait_workers(servers[0])  # the busy worker registered again
+            wait_status(servers[0], "block", 1, 0)  # the client's retry, queued: no free slot
+            markers.release("busy")  # the first run ends; its result has nowhere to go
+            pids = markers.wait_started("busy", 2)
+        assert outcome == {"result": b"released busy"}
+        assert pids == [worker.pid, worker.pid]
