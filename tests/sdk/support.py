@@ -117,7 +117,7 @@ class WorkerProcess:
         command += ["--log-level", "DEBUG", *args]
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=_env()
+                command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=child_env()
             )
 
     @property
@@ -146,7 +146,8 @@ class WorkerProcess:
         wait_until(lambda: self.log().count(text) >= count, f"worker log: {text!r} x{count}")
 
 
-def _env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
+    """The environment for child processes: this checkout first on the import path."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return env

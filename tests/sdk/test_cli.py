@@ -1,0 +1,99 @@
+"""`jobwire submit`, `jobwire status` and `jobwire worker` argument handling."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from jobwire import Client
+from jobwire.cli import main
+from jobwire.sdk.cli import format_table
+from tests.interop.gearman_raw import priority_status
+from tests.sdk.support import REPO, child_env
+from tests.servers import ServerProcess
+
+
+def run(*args: str, input: bytes | None = None) -> tuple[int, bytes, str]:
+    result = CliRunner().invoke(main, list(args), input=input)
+    return result.exit_code, result.stdout_bytes, result.stderr
+
+
+def test_submit_prints_the_result_bytes(served: ServerProcess) -> None:
+    assert run("submit", "reverse", "hello", "--server", served.address) == (0, b"olleh", "")
+    code, out, _ = run("submit", "echo", "--server", served.address, input=b"\x00\xffstdin")
+    assert (code, out) == (0, b"\x00\xffstdin")
+
+
+def test_submit_as_a_process_reads_stdin(served: ServerProcess) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "jobwire", "submit", "echo", "--server", served.address],
+        input=b"raw\nbytes\x00",
+        capture_output=True,
+        cwd=REPO,
+        env=child_env(),
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (0, b"raw\nbytes\x00"), done.stderr
+
+
+def test_submit_background_prints_the_handle(served: ServerProcess) -> None:
+    code, out, _ = run(
+        "submit", "-b", "--priority", "low", "--unique", "cli-k", "nobody-cli", "x",
+        "--server", served.address,
+    )  # fmt: skip
+    assert code == 0 and out.startswith(b"H:") and out.endswith(b"\n")
+    assert priority_status(served)["nobody-cli"][:3] == (0, 0, 1)
+    with Client([served.address]) as client:
+        assert client.status(out.decode().strip()).known
+        assert client.status_unique("cli-k").known
+
+
+def test_submit_reports_a_failed_job(served: ServerProcess) -> None:
+    code, out, err = run("submit", "raise", "oops", "--server", served.address)
+    assert (code, out) == (1, b"")
+    assert "ValueError: bad input: oops" in err
+
+
+def test_submit_with_no_server() -> None:
+    code, _, err = run("submit", "echo", "x", "--server", "127.0.0.1:1", "--timeout", "5")
+    assert code == 1 and "gave up" in err
+
+
+def test_status_table(served: ServerProcess) -> None:
+    code, out, _ = run("status", "--server", served.address)
+    assert code == 0
+    lines = out.decode().splitlines()
+    assert lines[0] == f"== {served.address}"
+    assert lines[1].split() == ["FUNCTION", "TOTAL", "RUNNING", "WORKERS"]
+    assert ["echo", "0", "0", "1"] in [line.split() for line in lines]
+    header = next(line for line in lines if line.startswith("FD"))
+    assert header.split() == ["FD", "IP", "CLIENT-ID", "FUNCTIONS"]
+    worker_line = lines[lines.index(header) + 1]
+    assert "echo" in worker_line.split() and "127.0.0.1" in worker_line
+
+
+def test_status_of_a_dead_server() -> None:
+    code, _, err = run("status", "--server", "127.0.0.1:1")
+    assert code == 1 and "error:" in err
+
+
+def test_format_table_aligns_columns() -> None:
+    table = format_table(["NAME", "N"], [("a", 1), ("long-name", 200)])
+    assert table.splitlines() == ["NAME         N", "a            1", "long-name  200"]
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("no_colon", "expected MODULE:ATTR"),
+        ("tests.sdk.no_such_module:worker", "cannot import"),
+        ("tests.sdk.fixtures_tasks:nothing", "has no attribute"),
+        ("tests.sdk.fixtures_tasks:echo", "not a jobwire Worker"),
+    ],
+)
+def test_worker_target_errors(target: str, message: str) -> None:
+    code, _, err = run("worker", target)
+    assert code == 2 and message in err
