@@ -1,6 +1,6 @@
 """The Python SDK: Gearman clients and workers for jobwire and gearmand."""
 
-from jobwire.sdk.client import AsyncClient, Client, Handle, JobStatus, Update
+from jobwire.sdk.client import AsyncClient, Client
 from jobwire.sdk.errors import (
     JobException,
     JobFailed,
@@ -9,6 +9,7 @@ from jobwire.sdk.errors import (
     ServerUnavailable,
     Timeout,
 )
+from jobwire.sdk.session import Handle, JobStatus, Update
 from jobwire.sdk.worker import Job, Worker, WorkerState
 
 __all__ = [
