@@ -5,6 +5,7 @@ limits, functions, retention, worker state and replay (engine/engine.py)."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterable
 
 import pytest
@@ -13,6 +14,7 @@ from jobwire.engine import (
     PRIORITY_HIGH,
     PRIORITY_LOW,
     PRIORITY_NORMAL,
+    Engine,
     IllegalTransition,
     Job,
     JobEvent,
@@ -62,10 +64,6 @@ def test_handles_count_up_globally(h: Harness) -> None:
 
 
 def test_default_handle_prefix_is_the_hostname() -> None:
-    import socket
-
-    from jobwire.engine import Engine
-
     assert Engine().next_handle() == f"H:{socket.gethostname()}:1"
 
 
@@ -548,9 +546,9 @@ def test_cancel_finished_job_is_illegal() -> None:
     h.engine.complete(job, b"")
     with pytest.raises(IllegalTransition, match="completed"):
         h.engine.cancel(job)
+    cancelled, _ = h.engine.submit("f", b"")
+    h.engine.cancel(cancelled)
     with pytest.raises(IllegalTransition, match="cancelled"):
-        cancelled, _ = h.engine.submit("f", b"")
-        h.engine.cancel(cancelled)
         h.engine.cancel(cancelled)
 
 
