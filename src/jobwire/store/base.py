@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from jobwire.engine.job import Job
+if TYPE_CHECKING:  # the engine imports this module
+    from jobwire.engine.job import Job
 
 
 @dataclass(slots=True)

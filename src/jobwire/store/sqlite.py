@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import queue
 import sqlite3
@@ -31,7 +32,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from jobwire.engine.job import Job
 from jobwire.store.base import StoredJob, encode_ext
@@ -65,21 +66,45 @@ _COLUMNS = (
     "id, function, queue, uniq, payload, priority, state, attempts, max_attempts, run_at,"
     " created_at, reducer, ext"
 )
-_UPSERT = (
-    f"INSERT INTO jobs ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-    " ON CONFLICT (id) DO UPDATE SET function = excluded.function, queue = excluded.queue,"
-    " uniq = excluded.uniq, payload = excluded.payload, priority = excluded.priority,"
-    " state = excluded.state, attempts = excluded.attempts,"
-    " max_attempts = excluded.max_attempts, run_at = excluded.run_at,"
-    " created_at = excluded.created_at, reducer = excluded.reducer, ext = excluded.ext"
-)
-_DELETE = "DELETE FROM jobs WHERE id = ?"
 _LOAD = f"SELECT {_COLUMNS} FROM jobs ORDER BY seq"
+#: Rows per statement. Many rows per statement, because the writer thread gives up the GIL
+#: around every statement and waits to get it back while the loop thread is busy.
+_STATEMENT_SIZES = (256, 32, 4, 1)
+
+
+@functools.cache
+def _upsert(rows: int) -> str:
+    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
+    return (
+        f"INSERT INTO jobs ({_COLUMNS}) VALUES {values}"
+        " ON CONFLICT (id) DO UPDATE SET function = excluded.function, queue = excluded.queue,"
+        " uniq = excluded.uniq, payload = excluded.payload, priority = excluded.priority,"
+        " state = excluded.state, attempts = excluded.attempts,"
+        " max_attempts = excluded.max_attempts, run_at = excluded.run_at,"
+        " created_at = excluded.created_at, reducer = excluded.reducer, ext = excluded.ext"
+    )
+
+
+@functools.cache
+def _delete(rows: int) -> str:
+    return f"DELETE FROM jobs WHERE id IN ({', '.join(['?'] * rows)})"
+
+
+def _runs(items: list[T]) -> Iterator[tuple[int, list[T]]]:
+    """`items` cut into runs of the statement sizes (few distinct statements to cache)."""
+    start, left = 0, len(items)
+    for size in _STATEMENT_SIZES:
+        while left >= size:
+            yield size, items[start : start + size]
+            start += size
+            left -= size
+
 
 Row = tuple[Any, ...]
 Callback = Callable[[bool], None]
-#: A batch for the writer: its number, rows to upsert, ids to delete.
-_Batch = tuple[int, list[Row], list[tuple[str]]]
+#: What a batch changes: job id -> its row to insert or update, or None to delete it.
+Changes = dict[str, Row | None]
+T = TypeVar("T")
 
 #: While commits keep failing, repeat the same error in the log at most this often (seconds).
 _LOG_EVERY = 10.0
@@ -172,7 +197,7 @@ class SQLiteStore:
         self._logged_at = 0.0
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[int, Changes] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ replay
@@ -227,51 +252,66 @@ class SQLiteStore:
 
     def _turn_ended(self) -> None:
         self._scheduled = False
-        # `batch` keeps one commit in flight; turns written meanwhile wait and go together.
-        if self._merge_turns and self._handed > self._done:
-            return
         self._hand_off()
 
     def _hand_off(self) -> None:
+        """Turn the batch into rows here, on the loop thread that owns the jobs."""
         batch = self._batch
         if not batch or self._closed:
             return
         self._batch = {}
-        upserts: list[Row] = []
-        deletes: list[tuple[str]] = []
-        for job_id, job in batch.items():
-            if job is None:
-                deletes.append((job_id,))
-            else:
-                upserts.append(_row(job))
+        changes: Changes = {
+            job_id: None if job is None else _row(job) for job_id, job in batch.items()
+        }
         self._handed += 1
-        self._queue.put((self._handed, upserts, deletes))
+        self._queue.put((self._handed, changes))
 
     def _write_loop(self) -> None:
-        """The writer thread: one transaction per batch, then report back to the loop."""
-        conn = self._conn
-        while (item := self._queue.get()) is not None:
-            number, upserts, deletes = item
-            error: str | None = None
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                if upserts:
-                    conn.executemany(_UPSERT, upserts)
-                if deletes:
-                    conn.executemany(_DELETE, deletes)
-                conn.execute("COMMIT")
-            except Exception as exc:  # any failure fails this batch, never the thread
-                error = f"{type(exc).__name__}: {exc}"
+        """The writer thread: commit what was handed off, then report back to the loop."""
+        stopping = False
+        while not stopping:
+            item = self._queue.get()
+            if item is None:
+                break
+            number, changes = item
+            # `batch`: everything that queued up during the last commit goes in this one.
+            while self._merge_turns:
                 try:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                    break
+                number = item[0]
+                changes.update(item[1])  # in order: the latest change of a job wins
+            upserts = [row for row in changes.values() if row is not None]
+            deletes = [job_id for job_id, row in changes.items() if row is None]
+            error = self._commit(upserts, deletes)
             loop = self._loop
             assert loop is not None
             # A closed loop (after shutdown) has nobody waiting any more.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._committed, number, len(upserts), error)
+
+    def _commit(self, upserts: list[Row], deletes: list[str]) -> str | None:
+        """One transaction; the error that rolled it back, or None."""
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for size, rows in _runs(upserts):
+                conn.execute(_upsert(size), [value for row in rows for value in row])
+            for size, ids in _runs(deletes):
+                conn.execute(_delete(size), ids)
+            conn.execute("COMMIT")
+        except Exception as exc:  # any failure fails this batch, never the thread
+            try:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            return f"{type(exc).__name__}: {exc}"
+        return None
 
     def _committed(self, number: int, rows: int, error: str | None) -> None:
         """On the loop: batch `number` is on disk (error None) or was rolled back."""
@@ -286,8 +326,6 @@ class SQLiteStore:
                 callback(ok)
             except Exception:
                 log.exception("after_commit callback failed")
-        if self._merge_turns and not self._scheduled:
-            self._hand_off()  # the turns written during this commit
 
     def _note_result(self, rows: int, error: str | None) -> None:
         if error is None:
