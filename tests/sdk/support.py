@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -19,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from jobwire import Client, Worker
+from jobwire.protocols.gearman import Decoder, Packet, PacketType, encode
 from tests.interop.gearman_raw import DEADLINE, status, wait_until
 from tests.sdk import fixtures_tasks
 from tests.servers import ServerProcess
 
+P = PacketType
 REPO = Path(__file__).resolve().parents[2]
 #: What a worker logs when it turns quiet or running again (tests wait for these lines).
 QUIET = "quiet: taking no new jobs"
@@ -189,3 +192,77 @@ def client_thread(
 
 def as_json(data: bytes) -> Any:
     return json.loads(data)
+
+
+class FakeServer:
+    """A scripted Gearman server that records every packet, per connection.
+
+    While `answering`, it replies NO_JOB to grabs, ECHO_RES to pings, OPTION_RES to options
+    and JOB_CREATED to SUBMIT_JOB (and then never runs the job); otherwise it reads and stays
+    silent, like a hung server. With `answer_pings` off it answers everything but pings.
+    """
+
+    def __init__(self) -> None:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.answering = True
+        self.answer_pings = True
+        self.connections: list[list[Packet]] = []
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.listener.accept()
+            except OSError:
+                return
+            packets: list[Packet] = []
+            self.connections.append(packets)
+            self.sockets.append(sock)
+            threading.Thread(target=self._serve, args=(sock, packets), daemon=True).start()
+
+    def _serve(self, sock: socket.socket, packets: list[Packet]) -> None:
+        decoder = Decoder()
+        while data := _recv(sock):
+            for packet in decoder.feed(data):
+                assert isinstance(packet, Packet)
+                packets.append(packet)
+                if not self.answering:
+                    continue
+                if packet.type == P.GRAB_JOB_UNIQ:
+                    sock.sendall(encode(P.NO_JOB))
+                elif packet.type == P.ECHO_REQ and self.answer_pings:
+                    sock.sendall(encode(P.ECHO_RES, packet.args[0]))
+                elif packet.type == P.OPTION_REQ:
+                    sock.sendall(encode(P.OPTION_RES, packet.args[0]))
+                elif packet.type == P.SUBMIT_JOB:
+                    sock.sendall(encode(P.JOB_CREATED, b"H:fake:%d" % len(packets)))
+
+    def types(self, connection: int) -> list[PacketType]:
+        """Packet types received on the n-th connection (none if it is not open yet)."""
+        packets = self.connections[connection] if connection < len(self.connections) else []
+        return [PacketType(packet.type) for packet in packets]
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.sockets:
+            sock.close()
+
+
+def _recv(sock: socket.socket) -> bytes:
+    try:
+        return sock.recv(65536)
+    except OSError:
+        return b""
+
+
+@contextmanager
+def fake_server() -> Iterator[FakeServer]:
+    server = FakeServer()
+    try:
+        yield server
+    finally:
+        server.close()

@@ -11,7 +11,7 @@ import pytest
 from jobwire import AsyncClient, Client, JobException, JobFailed, ServerUnavailable, Timeout
 from jobwire.sdk import Handle, JobStatus, Update
 from tests.interop.gearman_raw import priority_status, wait_until
-from tests.sdk.support import Markers, as_json
+from tests.sdk.support import Markers, P, as_json, fake_server
 from tests.servers import ServerProcess, free_port
 
 
@@ -203,6 +203,18 @@ def test_silent_server_times_out_and_the_next_one_answers(
         handles = [client.submit_background("echo", str(i)) for i in range(2)]
         assert {handle.server for handle in handles} == {served.address}
         assert client.submit("echo", "ok") == b"ok"
+
+
+def test_foreground_job_on_a_server_that_hangs_is_retried(served: ServerProcess) -> None:
+    """The server accepts the job (JOB_CREATED), then stops answering pings: Paranoid Pirate
+    on the client side gives up on it and resubmits to the next server."""
+    with fake_server() as hung:
+        hung.answer_pings = False
+        with Client([hung.address, served.address], heartbeat=0.05, retries=5) as client:
+            # Round robin: every other submission starts on the hung server.
+            assert [client.submit("echo", str(i)) for i in range(2)] == [b"0", b"1"]
+        types = {packet.type for packets in hung.connections for packet in packets}
+        assert {P.SUBMIT_JOB, P.ECHO_REQ} <= types
 
 
 def test_unique_keys_pick_the_same_server(jobwire: ServerProcess, gearmand: ServerProcess) -> None:

@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import logging
 import re
-import socket
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import pytest
 
 from jobwire import Client
-from jobwire.protocols.gearman import Decoder, Packet, PacketType, encode
+from jobwire.protocols.gearman import PacketType
 from jobwire.sdk.worker import server_timeout_ms
 from tests.interop.gearman_raw import status, wait_until
 from tests.sdk.support import (
     PATIENT,
     Markers,
     client_thread,
+    fake_server,
     wait_status,
     wait_workers,
     worker_processes,
@@ -62,93 +61,25 @@ def test_one_concurrency_budget_across_servers(
             wait_status(gearmand, "block", 0, 0)
 
 
-class FakeServer:
-    """A scripted Gearman server that records every packet, per connection.
-
-    While `answering`, it replies NO_JOB to grabs and ECHO_RES to pings; otherwise it reads
-    and stays silent, like a hung server.
-    """
-
-    def __init__(self) -> None:
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(16)
-        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
-        self.answering = True
-        self.connections: list[list[Packet]] = []
-        self.sockets: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self.listener.accept()
-            except OSError:
-                return
-            packets: list[Packet] = []
-            self.connections.append(packets)
-            self.sockets.append(sock)
-            threading.Thread(target=self._serve, args=(sock, packets), daemon=True).start()
-
-    def _serve(self, sock: socket.socket, packets: list[Packet]) -> None:
-        decoder = Decoder()
-        while data := _recv(sock):
-            for packet in decoder.feed(data):
-                assert isinstance(packet, Packet)
-                packets.append(packet)
-                if not self.answering:
-                    continue
-                if packet.type == P.GRAB_JOB_UNIQ:
-                    sock.sendall(encode(P.NO_JOB))
-                elif packet.type == P.ECHO_REQ:
-                    sock.sendall(encode(P.ECHO_RES, packet.args[0]))
-
-    def types(self, connection: int) -> list[PacketType]:
-        """Packet types received on the n-th connection (none if it is not open yet)."""
-        packets = self.connections[connection] if connection < len(self.connections) else []
-        return [PacketType(packet.type) for packet in packets]
-
-    def close(self) -> None:
-        self.listener.close()
-        for sock in self.sockets:
-            sock.close()
-
-
-def _recv(sock: socket.socket) -> bytes:
-    try:
-        return sock.recv(65536)
-    except OSError:
-        return b""
-
-
-@pytest.fixture
-def fake_server() -> Iterator[FakeServer]:
-    server = FakeServer()
-    yield server
-    server.close()
-
-
-def test_sleeps_instead_of_polling_and_reconnects_when_the_server_hangs(
-    fake_server: FakeServer,
-) -> None:
-    with worker_thread([fake_server.address], heartbeat=0.05):
+def test_sleeps_instead_of_polling_and_reconnects_when_the_server_hangs() -> None:
+    with fake_server() as server, worker_thread([server.address], heartbeat=0.05):
         # Registered, grabbed once, got NO_JOB, went to sleep; then only heartbeats.
-        wait_until(lambda: P.ECHO_REQ in fake_server.types(0), "a heartbeat")
-        first = fake_server.types(0)
+        wait_until(lambda: P.ECHO_REQ in server.types(0), "a heartbeat")
+        first = server.types(0)
         ping = first.index(P.ECHO_REQ)
         assert first[0] == P.SET_CLIENT_ID
         assert first[ping - 2 : ping] == [P.GRAB_JOB_UNIQ, P.PRE_SLEEP]
         assert first.count(P.GRAB_JOB_UNIQ) == 1
         # The server stops answering: the worker gives up on it and registers anew.
-        fake_server.answering = False
-        wait_until(lambda: len(fake_server.connections) >= 2, "a new connection")
-        wait_until(lambda: P.GRAB_JOB_UNIQ in fake_server.types(1), "a grab on it")
-        again = fake_server.connections[1]
+        server.answering = False
+        wait_until(lambda: len(server.connections) >= 2, "a new connection")
+        wait_until(lambda: P.GRAB_JOB_UNIQ in server.types(1), "a grab on it")
+        again = server.connections[1]
         abilities = {p.args for p in again if p.type in (P.CAN_DO, P.CAN_DO_TIMEOUT)}
         assert (b"echo",) in abilities
         assert (b"stuck_thread", str(server_timeout_ms(0.5)).encode()) in abilities
         # Only ECHO_REQ pings were sent to the silent server before the worker dropped it.
-        silent = fake_server.types(0)[len(first) :]
+        silent = server.types(0)[len(first) :]
         assert set(silent) <= {P.ECHO_REQ}
 
 

@@ -420,9 +420,11 @@ class Client:
         self._client = self._call(make())
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._loop.is_closed():
+        if self._loop.is_closed() or threading.current_thread() is self._thread:
             coro.close()
-            raise RuntimeError("client is closed")
+            if self._loop.is_closed():
+                raise RuntimeError("the Client is closed")
+            raise RuntimeError("a Client cannot be used from its own callbacks: it would deadlock")
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result()

@@ -128,6 +128,10 @@ class Connection(asyncio.Protocol):
                 continue  # a heartbeat answer; hearing it was the point
             try:
                 self._on_packet(message)
+            except ServerUnavailable as exc:  # the owner found the server talking nonsense
+                log.warning("dropping the connection: %s", exc)
+                self.abort(exc)
+                return
             except Exception as exc:  # a bug in the owner: the session's state is unknown
                 log.exception("handling %r from %s failed", message, self.name)
                 self.abort(ServerUnavailable(f"internal error handling {message!r}: {exc}"))

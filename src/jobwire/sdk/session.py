@@ -204,7 +204,7 @@ class Session:
             log.debug("ignoring unexpected %r from %s", packet, self.name)
             return
         if not self.pending:
-            raise ValueError(f"unsolicited {packet!r}")
+            raise ServerUnavailable(f"{self.name} sent {packet!r} unasked")
         expected, future, listener = self.pending.popleft()
         if kind == P.ERROR:
             code, text = (arg.decode("utf-8", "replace") for arg in packet.args)
@@ -212,7 +212,7 @@ class Session:
                 future.set_exception(ServerError(code, text))
             return
         if kind != expected:
-            raise ValueError(f"expected {expected.name}, got {packet!r}")
+            raise ServerUnavailable(f"{self.name} sent {packet!r} instead of {expected.name}")
         if listener is not None:
             self.listeners.setdefault(packet.args[0].decode(), []).append(listener)
         if not future.done():

@@ -285,6 +285,8 @@ class Worker:
         """Serve until `stop()`; then quiet, wait out the grace period, fail the rest, return."""
         if not self.tasks:
             raise ValueError("the worker has no tasks")
+        if not self.servers:
+            raise ValueError("the worker has no servers")
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         self._hurry = asyncio.Event()
