@@ -122,9 +122,11 @@ def throughput(args: argparse.Namespace, binary: Path) -> list[dict[str, Any]]:
             common += ["--pipeline", str(args.pipeline)]
             for mode in ("enqueue", "bg"):
                 extra = ["--workers", str(args.workers)] if mode == "bg" else []
-                with tempfile.TemporaryDirectory(prefix="durable-", dir=args.tmp) as tmp:
-                    with server(name, Path(tmp)) as (port, _):
-                        result = gearbench(binary, port, "--mode", mode, *common, *extra)
+                with (
+                    tempfile.TemporaryDirectory(prefix="durable-", dir=args.tmp) as tmp,
+                    server(name, Path(tmp)) as (port, _),
+                ):
+                    result = gearbench(binary, port, "--mode", mode, *common, *extra)
                 row = {"round": round_number, "server": name, "mode": mode, **result}
                 row["loadavg"] = os.getloadavg()[0]
                 print(json.dumps(row), flush=True)

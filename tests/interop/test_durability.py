@@ -258,3 +258,17 @@ def test_a_second_server_on_the_same_file_refuses_to_start(
     )
     assert second.returncode != 0
     assert "in use by another process" in second.stderr
+
+
+def test_a_corrupt_file_is_refused_at_start_and_left_alone(db: Path) -> None:
+    db.parent.mkdir(parents=True)
+    garbage = b"not a database, and not to be overwritten\n" * 1000
+    db.write_bytes(garbage)
+    port = str(free_port())
+    cmd = [sys.executable, "-m", "jobwire", "serve", "--port", port, "--http-port", "0"]
+    started = subprocess.run(
+        [*cmd, "--store", f"sqlite:{db}"], capture_output=True, text=True, timeout=60
+    )
+    assert started.returncode != 0
+    assert f"cannot use {db}" in started.stderr
+    assert db.read_bytes() == garbage
