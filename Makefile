@@ -25,5 +25,8 @@ lint: install
 	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy
 
+bench: install
+	$(BIN)/python bench/run.py
+
 clean:
 	rm -rf $(VENV) jobwire-data .pytest_cache .mypy_cache .ruff_cache
