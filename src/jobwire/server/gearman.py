@@ -557,7 +557,7 @@ def admin_reply(server: GearmanServer, command: AdminCommand) -> bytes:
         engine.cancel(job)
         return admin.OK
     if name in ("create", "drop") and len(args) == 2 and args[1].lower() == "function":
-        return admin.incomplete(name)
+        return admin.incomplete(args[0])  # gearmand echoes the word as typed
     if name == "create" and len(args) >= 3 and args[1].lower() == "function":
         engine.function(args[2])
         return admin.OK
