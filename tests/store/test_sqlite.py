@@ -289,3 +289,21 @@ def test_engine_replay_counts_active_attempts_and_keeps_handles_unique(tmp_path:
     assert run(submit_again) == "H:test:6"
     store.close()
     assert len(loaded(path)) == 5
+
+
+def test_large_batches_keep_order_and_delete_exactly(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    jobs = [make_job(number) for number in range(1, 601)]
+
+    async def main() -> None:
+        for job in jobs:
+            store.job_saved(job)
+        assert await committed(store)
+        for job in jobs[::2]:
+            store.job_removed(job)
+        assert await committed(store)
+
+    run(main)
+    store.close()
+    assert [row.id for row in loaded(path)] == [job.id for job in jobs[1::2]]

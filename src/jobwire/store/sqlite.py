@@ -70,6 +70,7 @@ _LOAD = f"SELECT {_COLUMNS} FROM jobs ORDER BY seq"
 #: Rows per statement. Many rows per statement, because the writer thread gives up the GIL
 #: around every statement and waits to get it back while the loop thread is busy.
 _STATEMENT_SIZES = (256, 32, 4, 1)
+_WIDTH = 13  # columns per row
 
 
 @functools.cache
@@ -90,10 +91,10 @@ def _delete(rows: int) -> str:
     return f"DELETE FROM jobs WHERE id IN ({', '.join(['?'] * rows)})"
 
 
-def _runs(items: list[T]) -> Iterator[tuple[int, list[T]]]:
-    """`items` cut into runs of the statement sizes (few distinct statements to cache)."""
+def _runs(items: list[T], sizes: tuple[int, ...]) -> Iterator[tuple[int, list[T]]]:
+    """`items` cut into runs of the given sizes (few distinct statements to cache)."""
     start, left = 0, len(items)
-    for size in _STATEMENT_SIZES:
+    for size in sizes:
         while left >= size:
             yield size, items[start : start + size]
             start += size
@@ -187,6 +188,9 @@ class SQLiteStore:
         #: Why the latest commit failed; None once a commit succeeds again.
         self.last_error: str | None = None
         self._conn = connect(path, fsync)
+        # SQLite before 3.32 allows 999 parameters per statement, later ones 32766.
+        limit = self._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        self._sizes = tuple(size for size in _STATEMENT_SIZES if size * _WIDTH <= limit)
         self._merge_turns = fsync != "always"
         self._batch: dict[str, Job | None] = {}  # job id -> job to save, or None: remove
         self._scheduled = False
@@ -299,9 +303,9 @@ class SQLiteStore:
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for size, rows in _runs(upserts):
+            for size, rows in _runs(upserts, self._sizes):
                 conn.execute(_upsert(size), [value for row in rows for value in row])
-            for size, ids in _runs(deletes):
+            for size, ids in _runs(deletes, self._sizes):
                 conn.execute(_delete(size), ids)
             conn.execute("COMMIT")
         except Exception as exc:  # any failure fails this batch, never the thread
