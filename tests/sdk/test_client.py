@@ -9,7 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from jobwire import AsyncClient, Client, JobException, JobFailed, ServerUnavailable, Timeout
+from jobwire.protocols.gearman import Packet
 from jobwire.sdk import Handle, JobStatus, Update
+from jobwire.sdk.session import Request, Session
 from tests.interop.gearman_raw import priority_status, wait_until
 from tests.sdk.support import Markers, P, as_json, fake_server
 from tests.servers import ServerProcess, free_port
@@ -112,6 +114,38 @@ def test_submit_many_pipelined(client: Client) -> None:
     assert client.submit_many("reverse", payloads) == [p[::-1].encode() for p in payloads]
     handles = client.submit_many("echo", payloads[:10], background=True)
     assert len(set(handles)) == 10 and all(isinstance(h, Handle) for h in handles)
+
+
+class StubConnection:
+    """Just enough of a Connection to watch what a Session writes."""
+
+    name = "stub:4730"
+    error = None
+    is_open = True
+
+    def __init__(self) -> None:
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.writes: list[bytes] = []
+        self.wrote = asyncio.Event()
+
+    def send(self, data: bytes) -> None:
+        self.writes.append(data)
+        self.wrote.set()
+
+
+def test_submit_many_is_one_write_with_replies_matched_in_order() -> None:
+    async def main() -> None:
+        conn = StubConnection()
+        session = Session(conn)  # type: ignore[arg-type]
+        requests = [Request(b"f", b"u%d" % i, b"x", "normal", True) for i in range(5)]
+        batch = asyncio.ensure_future(session.run(requests, timeout=30))
+        await conn.wrote.wait()
+        assert len(conn.writes) == 1 and conn.writes[0].count(b"\0REQ") == 5
+        for i in range(5):
+            session.packet(Packet(P.JOB_CREATED, (b"H:%d" % i,)))
+        assert await batch == [f"H:{i}" for i in range(5)]
+
+    asyncio.run(main())
 
 
 def test_submit_many_errors(client: Client) -> None:

@@ -182,11 +182,13 @@ class Session:
     def alive(self) -> bool:
         return self.conn.is_open
 
-    def expect(
-        self, data: bytes, reply: PacketType, listener: Listener | None = None
-    ) -> asyncio.Future[Packet]:
-        future: asyncio.Future[Packet] = asyncio.get_running_loop().create_future()
+    def expect(self, data: bytes, reply: PacketType) -> asyncio.Future[Packet]:
+        """Send one request; the future gets its reply."""
         self.conn.send(data)
+        return self._pend(reply, None)
+
+    def _pend(self, reply: PacketType, listener: Listener | None) -> asyncio.Future[Packet]:
+        future: asyncio.Future[Packet] = asyncio.get_running_loop().create_future()
         self.pending.append((reply, future, listener))
         return future
 
@@ -214,7 +216,8 @@ class Session:
         if kind != expected:
             raise ServerUnavailable(f"{self.name} sent {packet!r} instead of {expected.name}")
         if listener is not None:
-            self.listeners.setdefault(packet.args[0].decode(), []).append(listener)
+            handle = packet.args[0].decode("utf-8", "surrogateescape")
+            self.listeners.setdefault(handle, []).append(listener)
         if not future.done():
             future.set_result(packet)
 
@@ -253,9 +256,9 @@ class Session:
         for request in requests:
             if request.listener is not None:
                 request.listener.arm()
-        created = [
-            self.expect(request.encode(), P.JOB_CREATED, request.listener) for request in requests
-        ]
+        # One write for the whole batch: pipelining is the point of submit_many.
+        self.conn.send(b"".join(request.encode() for request in requests))
+        created = [self._pend(P.JOB_CREATED, request.listener) for request in requests]
         await asyncio.wait(created, timeout=timeout)
         if not all(future.done() for future in created):
             self.conn.abort(ServerUnavailable(f"{self.name} did not answer within {timeout}s"))

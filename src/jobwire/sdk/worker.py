@@ -294,6 +294,7 @@ class Worker:
         self._links = [_Link(server) for server in self.servers]
         maintainers = [asyncio.create_task(self._maintain(link)) for link in self._links]
         if self._stop_early:
+            self._stop_early = False
             self._stop.set()
         try:
             await self._stop.wait()
@@ -318,11 +319,10 @@ class Worker:
 
     def _from_any_thread(self, action: Callable[[], None]) -> None:
         loop = self._loop
-        if loop is None or loop.is_closed():
-            if action == self._request_stop:
-                self._stop_early = True  # serve() has not started yet
+        if loop is None:  # serve() has not started: a stop still counts
+            self._stop_early = self._stop_early or action == self._request_stop
             return
-        with contextlib.suppress(RuntimeError):  # closed between the check and the call
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the worker has ended
             loop.call_soon_threadsafe(action)
 
     # ------------------------------------------------------------ lifecycle
@@ -369,7 +369,6 @@ class Worker:
     async def _shutdown(self, maintainers: list[asyncio.Task[None]]) -> None:
         assert self._hurry is not None
         self._go_quiet()
-        self.state = WorkerState.QUIET
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.grace_period
         while self._running and not self._hurry.is_set():
