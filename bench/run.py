@@ -12,8 +12,10 @@ scenario) go to bench/out/results.jsonl. Measurement, not a test: nothing assert
 
 Columns: jobs/s and latency as gearbench reports them; `x gearmand` is jobwire's jobs/s over
 gearmand's best; `cpu us/job` is the server's CPU time (all threads, user + system, from
-/proc/PID/stat) per job and `wr/job` its write syscalls per job (/proc/PID/io), both over
-the measured phase. CPU per job is the steadier figure when the machine is busy.
+/proc/PID/stat) per job over the measured phase: the steadier figure when the machine is
+busy. The JSON lines also carry read()/write() syscalls per job from /proc/PID/io (only
+read/write/readv/writev count there: gearmand's send()/recv() on sockets do not, so compare
+those across jobwire runs only).
 """
 
 from __future__ import annotations
@@ -344,7 +346,7 @@ def fmt_num(row: Row, key: str, digits: int) -> str:
 
 def render_table(rows: list[Row], scenarios: list[Scenario], jobs: dict[str, int]) -> str:
     header = ["scenario", "jobs", "server", "jobs/s", "p50 ms", "p99 ms", "x gearmand"]
-    header += ["cpu us/job", "wr/job", "note"]
+    header += ["cpu us/job", "note"]
     body: list[list[str]] = []
     for scenario in scenarios:
         mine = [r for r in rows if r.scenario == scenario.name]
@@ -375,12 +377,11 @@ def render_table(rows: list[Row], scenarios: list[Scenario], jobs: dict[str, int
                     fmt_ms(r, "p99_ms"),
                     ratio,
                     fmt_num(r, "server_cpu_us_per_job", 1),
-                    fmt_num(r, "server_writes_per_job", 3),
                     r.note,
                 ]
             )
     widths = [max(len(x) for x in col) for col in zip(header, *body, strict=True)]
-    right = {1, 3, 4, 5, 6, 7, 8}
+    right = {1, 3, 4, 5, 6, 7}
 
     def line(cells: list[str]) -> str:
         out = [
