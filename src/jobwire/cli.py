@@ -13,6 +13,7 @@ from jobwire.engine import EngineConfig
 from jobwire.server.app import DEFAULT_STORE, ServerConfig, run
 from jobwire.server.gearman import GearmanOptions
 from jobwire.server.ojs.app import OJSOptions
+from jobwire.server.rota import RotaOptions
 
 LEVELS = ["FATAL", "ALERT", "CRITICAL", "ERROR", "WARNING", "NOTICE", "INFO", "DEBUG"]
 _PY_LEVEL = {
@@ -119,6 +120,31 @@ def _setup_logging(log_file: str, verbose: str) -> None:
     "--verbose", type=click.Choice(LEVELS, case_sensitive=False), default="ERROR", show_default=True
 )
 @click.option("-P", "--pid-file", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--rota-heartbeat-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="Seconds a /work WebSocket worker may stay silent before its jobs are requeued.",
+)
+@click.option(
+    "--rota-max-message",
+    type=click.IntRange(min=1024),
+    default=1024 * 1024,
+    show_default=True,
+    help="Largest /work message in bytes; larger ones close the socket with 1009.",
+)
+@click.option(
+    "--rota-logs",
+    is_flag=True,
+    help="Ask /work workers for every job's logs (else only jobs whose OJS meta.logs is true).",
+)
+@click.option(
+    "--rota-spec-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where registered job specs are kept [default: beside an sqlite store, else memory].",
+)
 def serve(
     listen: str,
     port: int,
@@ -140,6 +166,10 @@ def serve(
     log_file: str,
     verbose: str,
     pid_file: Path | None,
+    rota_heartbeat_timeout: float,
+    rota_max_message: int,
+    rota_logs: bool,
+    rota_spec_file: Path | None,
 ) -> None:
     """Run the job server."""
     verbose = verbose.upper()
@@ -163,6 +193,12 @@ def serve(
             else retain_finished,
         ),
         ojs=OJSOptions(allow_reset=allow_reset),
+        rota=RotaOptions(
+            heartbeat_timeout=rota_heartbeat_timeout,
+            max_message=rota_max_message,
+            logs=rota_logs,
+            spec_file=rota_spec_file,
+        ),
         gearman=GearmanOptions(
             exceptions=exceptions,
             max_packet=max_packet_size,

@@ -8,12 +8,15 @@ import logging
 import os
 import signal
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from aiohttp import web
 
 from jobwire.engine import Engine, EngineConfig
 from jobwire.server.gearman import GearmanOptions, GearmanServer
-from jobwire.server.ojs.app import OJSOptions, OJSService, start_http
+from jobwire.server.ojs.app import OJSOptions, OJSService
+from jobwire.server.rota import RotaOptions, RotaService
 from jobwire.server.runtime import Runtime
 from jobwire.store.base import MemoryStore, Store
 
@@ -34,6 +37,7 @@ class ServerConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     gearman: GearmanOptions = field(default_factory=GearmanOptions)
     ojs: OJSOptions = field(default_factory=OJSOptions)
+    rota: RotaOptions = field(default_factory=RotaOptions)
 
 
 def open_store(spec: str, fsync: str = "batch") -> Store:
@@ -50,6 +54,26 @@ def open_store(spec: str, fsync: str = "batch") -> Store:
             raise SystemExit(f"jobwire: {exc}") from exc
         return store
     raise SystemExit(f"unknown store {spec!r}: use memory or sqlite:PATH")
+
+
+def rota_options(config: ServerConfig) -> RotaOptions:
+    """Registered Rota specs live beside an sqlite store unless a file is named."""
+    options = config.rota
+    kind, _, path = config.store.partition(":")
+    if options.spec_file is None and kind == "sqlite" and path:
+        options = replace(options, spec_file=Path(path).parent / "rota-specs.json")
+    return options
+
+
+async def serve_http(ojs: OJSService, rota: RotaService, host: str, port: int) -> web.AppRunner:
+    """One HTTP listener for the OJS binding and the Rota `/work` WebSocket."""
+    app = ojs.app()
+    rota.install(app)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
+    await site.start()
+    return runner
 
 
 class Server:
@@ -93,8 +117,11 @@ class Server:
         self._servers.append(tcp)
         http = None
         if config.http_port:  # 0 or None: no HTTP listener
-            http = await start_http(
-                OJSService(runtime, config.ojs), config.listen, config.http_port
+            http = await serve_http(
+                OJSService(runtime, config.ojs),
+                RotaService(runtime, rota_options(config)),
+                config.listen,
+                config.http_port,
             )
             log.info("jobwire listening on %s:%d (http)", config.listen, config.http_port)
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -110,4 +110,12 @@ def job_json(job: Job) -> dict[str, Any]:
         result = result_of(job)
         if result is not None:
             out["result"] = result
+    if job.progress is not None:  # Gearman WORK_STATUS, Rota progress
+        out["progress"] = progress_of(job.progress)
     return out
+
+
+def progress_of(progress: tuple[bytes, bytes]) -> dict[str, Any]:
+    """Numerator and denominator as numbers (as Gearman's decimal strings if they are not)."""
+    current, total = (int(v) if v.isdigit() else v.decode("utf-8", "replace") for v in progress)
+    return {"current": current, "total": total}

@@ -1,0 +1,425 @@
+"""One Rota worker on the `/work` WebSocket: decode a frame, make the engine calls, encode.
+
+The connection is the worker's `WorkerHandler`: the engine pushes jobs through `assign` (PUSH
+dispatch, up to the credit the worker's `wants` leaves) and takes them back through `revoke`.
+Outgoing messages go through one queue and one writer task, in order; an `error` that ends the
+connection is followed by a close with the WebSocket code of `protocols.rota.errors.FATAL`.
+
+Liveness: any frame counts as a sign of life. A worker silent for `heartbeat_timeout` seconds
+is gone: it is removed from the engine at once (its jobs go back to the queue with the attempt
+counted) and the socket is closed with 1008. So is a worker whose connection drops, or that sent
+something the server cannot trust (the close code says what).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import WSMsgType, web
+
+from jobwire.engine.errors import EngineError
+from jobwire.engine.job import Job
+from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
+from jobwire.protocols.ojs.times import format_time
+from jobwire.protocols.rota import (
+    NO_VALUE,
+    Assignment,
+    CloseCode,
+    ErrorCode,
+    ErrorMessage,
+    Failure,
+    Heartbeat,
+    Registration,
+    Result,
+    Revoke,
+    RotaError,
+    ServerMessage,
+    SpecRef,
+    SpecsChanged,
+    SpecVerdict,
+    Status,
+    Welcome,
+    decode_worker_message,
+    encode,
+)
+from jobwire.server.rota.render import job_copy, wants_logs
+
+if TYPE_CHECKING:
+    from jobwire.server.rota.service import RotaService
+
+log = logging.getLogger("jobwire.rota")
+
+WORKER_LOST = "worker lost"
+HEARTBEAT_TIMEOUT = "heartbeat timeout"
+
+
+@dataclass(frozen=True, slots=True)
+class _Close:
+    code: int
+    reason: str
+
+
+class RotaConnection:
+    def __init__(self, service: RotaService, ws: web.WebSocketResponse[Any], request: web.Request):
+        self.service = service
+        self.engine = service.engine
+        self.options = service.options
+        self.ws = ws
+        self.request = request
+        self.peer = request.remote or "-"
+        self.loop = asyncio.get_running_loop()
+        self.session: WorkerSession | None = None
+        self.specs: tuple[SpecRef, ...] = ()
+        self.verdicts: tuple[SpecVerdict, ...] = ()
+        self.wants = 0
+        self.logs_for: set[str] = set()  # held jobs whose assignment asked for logs
+        self.closing = False
+        self._outbox: asyncio.Queue[bytes | _Close] = asyncio.Queue()
+        self._heard = self.loop.time()
+        self._silence: asyncio.TimerHandle | None = None
+        self._abort: asyncio.TimerHandle | None = None
+
+    @property
+    def name(self) -> str:
+        return self.session.id if self.session is not None else f"rota@{self.peer}"
+
+    # ---------------------------------------------------------------- the socket
+
+    async def run(self) -> None:
+        """Serve the socket until it closes; the worker is removed from the engine by then."""
+        writer = asyncio.create_task(self._write_loop(), name=f"rota writer {self.peer}")
+        self._arm_silence()
+        try:
+            while not self.closing:
+                msg = await self.ws.receive()
+                if msg.type is WSMsgType.TEXT:
+                    self._on_frame(msg.data)
+                elif msg.type is WSMsgType.BINARY:
+                    self.fatal(RotaError(ErrorCode.BINARY_MESSAGE, "messages are JSON text frames"))
+                elif msg.type is WSMsgType.ERROR:
+                    # aiohttp has already closed the socket with the fitting code (1009 for a
+                    # frame over the hard limit, 1002 for a broken frame, ...).
+                    log.info("%s: %s", self.name, msg.data)
+                    break
+                else:  # the worker closed, or we did
+                    break
+        except Exception:
+            log.exception("%s: connection failed", self.name)
+            self.fatal(RotaError(ErrorCode.INTERNAL_ERROR, "internal error"))
+        finally:
+            self.close(CloseCode.NORMAL, "bye", reason=WORKER_LOST)
+            try:
+                await writer
+            except asyncio.CancelledError:
+                writer.cancel()
+                raise
+            finally:
+                if self._abort is not None:
+                    self._abort.cancel()
+
+    async def _write_loop(self) -> None:
+        ws = self.ws
+        while True:
+            item = await self._outbox.get()
+            try:
+                if isinstance(item, _Close):
+                    await ws.close(code=item.code, message=item.reason.encode()[:120])
+                    return
+                if not ws.closed:
+                    await ws.send_frame(item, WSMsgType.TEXT)
+            except Exception as exc:  # the peer is gone; run() notices through receive()
+                log.debug("%s: write failed: %r", self.name, exc)
+                if isinstance(item, _Close):
+                    return
+
+    def _put(self, item: bytes | _Close) -> None:
+        self._outbox.put_nowait(item)
+
+    def send(self, message: ServerMessage) -> None:
+        if self.closing:
+            return
+        if self._outbox.qsize() >= self.options.max_outbox:
+            self.fatal(RotaError(ErrorCode.SLOW_READER, "the worker does not read what it is sent"))
+            return
+        self._put(encode(message))
+
+    def close(self, code: int, text: str, *, reason: str) -> None:
+        """Leave the engine (`reason` goes on the jobs requeued) and close the socket."""
+        if self.closing:
+            return
+        self.closing = True
+        self._leave(reason)
+        self._put(_Close(code, text))
+        # A peer that reads nothing can stall the close handshake: cut the TCP connection.
+        self._abort = self.loop.call_later(self.options.close_timeout, self._abort_transport)
+
+    def fatal(self, error: RotaError) -> None:
+        """Tell the worker why, then close with the error's code."""
+        if self.closing:
+            return
+        log.info("%s: closing: %s", self.name, error)
+        self._put(encode(ErrorMessage(error.code, error.message, True, error.job, error.seq)))
+        code = error.close_code or CloseCode.POLICY_VIOLATION
+        timeout = error.code is ErrorCode.HEARTBEAT_TIMEOUT
+        self.close(code, str(error.code), reason=HEARTBEAT_TIMEOUT if timeout else WORKER_LOST)
+
+    def _abort_transport(self) -> None:
+        transport = self.request.transport
+        if transport is not None:
+            transport.abort()
+
+    def _leave(self, reason: str) -> None:
+        if self._silence is not None:
+            self._silence.cancel()
+            self._silence = None
+        session = self.session
+        if session is not None and session.state is not WorkerState.TERMINATED:
+            self.engine.remove_worker(session, reason)
+            self.service.connections.pop(session.id, None)
+        self.logs_for.clear()
+
+    # ---------------------------------------------------------------- liveness
+
+    def _arm_silence(self) -> None:
+        when = self._heard + self.options.heartbeat_timeout
+        self._silence = self.loop.call_at(when, self._check_silence)
+
+    def _check_silence(self) -> None:
+        self._silence = None
+        if self.closing:
+            return
+        timeout = self.options.heartbeat_timeout
+        if self.loop.time() - self._heard >= timeout:
+            self.fatal(RotaError(ErrorCode.HEARTBEAT_TIMEOUT, f"no message for {timeout:g}s"))
+        else:
+            self._arm_silence()
+
+    # ---------------------------------------------------------------- worker -> server
+
+    def _on_frame(self, data: bytes | str) -> None:
+        self._heard = self.loop.time()
+        try:
+            heartbeat = decode_worker_message(data, max_size=self.options.max_message)
+            self._heartbeat(heartbeat)
+        except RotaError as exc:
+            if exc.fatal:
+                self.fatal(exc)
+            else:
+                self.send(ErrorMessage(exc.code, exc.message, False, exc.job, exc.seq))
+
+    def _refuse(self, code: ErrorCode, message: str, job: str | None, seq: int | None) -> None:
+        """A part of a heartbeat the server ignores; the rest still counts."""
+        self.send(ErrorMessage(code, message, False, job, seq))
+
+    def _heartbeat(self, hb: Heartbeat) -> None:
+        session = self.session
+        if session is None:
+            if hb.register is None:
+                raise RotaError(
+                    ErrorCode.NOT_REGISTERED,
+                    "the first heartbeat must carry a register part",
+                    seq=hb.seq,
+                )
+            session = self._register(hb.register)
+        elif hb.register is not None:
+            self._refuse(
+                ErrorCode.ALREADY_REGISTERED,
+                "this connection is registered; reconnect to register again",
+                None,
+                hb.seq,
+            )
+        self.engine.touch(session)
+        session.info["last_heartbeat"] = time.time()
+        if hb.status is not None:
+            self._status(session, hb.status, hb.seq)
+        for result in hb.results:
+            self._result(session, result, hb.seq)
+        if hb.wants is not None:
+            self.wants = hb.wants
+        self._extend_leases(session)
+        self.request_work()
+
+    def _register(self, reg: Registration) -> WorkerSession:
+        service = self.service
+        session = WorkerSession(
+            service.next_worker_id(), self, protocol="rota", dispatch=Dispatch.PUSH, capacity=0
+        )
+        session.name = reg.hostname or self.peer
+        session.queues = frozenset(reg.queues) if reg.queues else None
+        session.info.update(
+            hostname=reg.hostname,
+            os=reg.os,
+            pid=reg.pid,
+            peer=self.peer,
+            connected_at=time.time(),
+        )
+        self.session = session
+        self.specs = reg.specs
+        self.engine.add_worker(session)
+        service.connections[session.id] = self
+        self.verdicts = self._apply_specs(session)
+        self.send(
+            Welcome(
+                session.id,
+                self.options.heartbeat_timeout,
+                self.options.max_message,
+                self.verdicts,
+            )
+        )
+        log.info("%s registered from %s (%s)", session.id, self.peer, reg.hostname)
+        return session
+
+    def _apply_specs(self, session: WorkerSession) -> tuple[SpecVerdict, ...]:
+        """Make the session's abilities the specs whose checksum matches the registry's."""
+        registry = self.service.specs
+        verdicts = tuple(registry.verdict(ref) for ref in self.specs)
+        accepted = {v.name for v in verdicts if v.accepted}
+        for name in list(session.abilities):
+            if name not in accepted:
+                self.engine.remove_ability(session, name)
+        for name in sorted(accepted):
+            if name not in session.abilities:
+                self.engine.add_ability(session, name)
+        return verdicts
+
+    def specs_changed(self) -> None:
+        """The registry changed: re-judge this worker's specs and tell it if its verdicts moved."""
+        session = self.session
+        if session is None or self.closing:
+            return
+        verdicts = self._apply_specs(session)
+        if verdicts != self.verdicts:
+            self.verdicts = verdicts
+            self.send(SpecsChanged(verdicts))
+        self.request_work()
+
+    def _held(self, session: WorkerSession, job_id: str, seq: int | None) -> Job | None:
+        job = session.jobs.get(job_id)
+        if job is None:
+            self._refuse(
+                ErrorCode.JOB_NOT_HELD,
+                f"job {job_id} is not held by this worker (finished, revoked or never assigned)",
+                job_id,
+                seq,
+            )
+        return job
+
+    def _status(self, session: WorkerSession, status: Status, seq: int | None) -> None:
+        if status.cpu is not None:
+            session.info["cpu"] = status.cpu
+        if status.ram is not None:
+            session.info["ram"] = status.ram
+        engine = self.engine
+        for progress in status.progress:
+            job = self._held(session, progress.job, seq)
+            if job is not None:
+                engine.progress(job, str(progress.current).encode(), str(progress.total).encode())
+        for batch in status.logs:
+            job = self._held(session, batch.job, seq)
+            if job is None:
+                continue
+            if job.id not in self.logs_for:
+                self._refuse(
+                    ErrorCode.LOGS_NOT_REQUESTED,
+                    f"the assignment of job {job.id} did not ask for logs; dropped",
+                    job.id,
+                    seq,
+                )
+                continue
+            self.service.logs.append(job.id, batch.lines, worker=session.id, attempt=job.attempts)
+        for alert in status.alerts:
+            self.service.alerts.add(
+                alert.level, alert.message, job=alert.job, worker=session.id, hostname=session.name
+            )
+
+    def _result(self, session: WorkerSession, result: Result, seq: int | None) -> None:
+        job = self._held(session, result.job, seq)
+        if job is None:
+            return
+        self.logs_for.discard(job.id)
+        engine = self.engine
+        try:
+            if isinstance(result, Failure):
+                error: dict[str, Any] = {
+                    "type": result.code,
+                    "code": result.code,
+                    "message": result.message or result.code,
+                    "attempt": job.attempts,
+                    "occurred_at": format_time(time.time()),
+                }
+                if result.details is not None:
+                    error["details"] = result.details
+                if result.retryable:
+                    engine.fail(job, error["message"], retry=True)
+                else:  # Gearman clients that asked for exceptions get the text
+                    engine.exception(job, f"{result.code}: {result.message}".encode())
+                job.error = error
+            else:
+                engine.complete(job, result.result)
+                if result.value is not NO_VALUE:
+                    if job.ext is None:
+                        job.ext = {}
+                    job.ext["result"] = result.value
+        except EngineError as exc:  # not expected for a held job; never fatal to the socket
+            self._refuse(ErrorCode.JOB_NOT_HELD, str(exc), job.id, seq)
+
+    def _extend_leases(self, session: WorkerSession) -> None:
+        """Jobs with a lease (an OJS visibility timeout) live while the worker heartbeats."""
+        now = self.engine.clock()
+        for job in session.jobs.values():
+            timeout = job.lease_timeout
+            deadline = job.lease_deadline
+            if timeout and deadline is not None and deadline - now < timeout / 2:
+                self.engine.extend_lease(job, timeout)
+
+    def request_work(self) -> None:
+        """Credit = what the worker wants to hold minus what it holds: never more than asked."""
+        session = self.session
+        if session is None or self.closing:
+            return
+        session.capacity = self.wants
+        self.engine.request_work(session, max(0, self.wants - len(session.jobs)))
+
+    # ---------------------------------------------------------------- WorkerHandler
+
+    def wake(self) -> None:  # PUSH workers are never woken
+        pass
+
+    def assign(self, job: Job) -> None:
+        logs = wants_logs(job, self.options.logs)
+        if logs:
+            self.logs_for.add(job.id)
+        self.send(Assignment(job_copy(job), logs))
+
+    def revoke(self, job: Job, reason: str) -> None:
+        self.logs_for.discard(job.id)
+        self.send(Revoke(job.id, reason))
+
+    # ---------------------------------------------------------------- views
+
+    def json(self) -> dict[str, Any]:
+        session = self.session
+        assert session is not None
+        info = session.info
+        return {
+            "id": session.id,
+            "hostname": info.get("hostname"),
+            "os": info.get("os"),
+            "pid": info.get("pid"),
+            "peer": self.peer,
+            "queues": sorted(session.queues) if session.queues is not None else None,
+            "specs": [
+                {"name": v.name, "checksum": v.checksum, "accepted": v.accepted, "reason": v.reason}
+                for v in self.verdicts
+            ],
+            "wants": self.wants,
+            "jobs": sorted(session.jobs),
+            "cpu": info.get("cpu"),
+            "ram": info.get("ram"),
+            "connected_at": format_time(info["connected_at"]),
+            "last_heartbeat": format_time(info.get("last_heartbeat", info["connected_at"])),
+        }
