@@ -218,3 +218,7 @@ from jobwire.sdk.cli import status_command, submit_command, worker_command  # no
 main.add_command(worker_command)
 main.add_command(submit_command)
 main.add_command(status_command)
+
+from jobwire.sdk.spec_cli import spec_command  # noqa: E402
+
+main.add_command(spec_command)

@@ -1,0 +1,548 @@
+"""A worker for the Rota protocol: jobs pushed over jobwire's `/work` WebSocket.
+
+The task API is the Gearman `Worker`'s (`@worker.task(name, timeout=...)`, async or plain
+functions, return value = result, `JobFailed` or any exception = failure), with a Rota job
+(`jobwire.sdk.ws_job.RotaJob`) in place of the Gearman one. Each task names the job spec it
+implements (`spec=`: a dict or a JSON file; default `{"name": <task name>}`); the server only
+assigns jobs of specs whose registered checksum matches.
+
+Protocol (docs/rota.md): the first heartbeat registers (host, OS, pid, queues, specs); then a
+heartbeat goes out every `heartbeat` seconds (at most a third of the server's timeout) with
+`wants` = `concurrency` while running (0 when quiet), CPU and RAM use, and what piled up:
+progress, logs, results. Results and alerts go out at once, and so does a batch of updates
+that grew past `batch_bytes`. The server never assigns more than `wants` jobs in all.
+
+Reliability: a dropped connection is reopened with exponential backoff (`reconnect_base`
+doubling up to `reconnect_cap`). Jobs that ran on the old connection still finish, but their
+results are dropped: the server already gave those jobs back to the queue.
+
+Lifecycle as the Gearman worker: SIGTERM/SIGINT quiet the worker (wants 0), wait up to
+`grace_period` for running jobs, then fail the rest as retryable and exit; SIGTSTP/SIGCONT
+make it quiet and running again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import platform
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiohttp
+
+from jobwire.protocols.rota import (
+    ALERT_LEVELS,
+    Alert,
+    Assignment,
+    ErrorMessage,
+    Failure,
+    Heartbeat,
+    LogBatch,
+    Progress,
+    Registration,
+    Result,
+    Revoke,
+    RotaError,
+    SpecRef,
+    SpecsChanged,
+    Status,
+    Welcome,
+    checksum,
+    decode_server_message,
+    encode,
+    load_spec,
+    validate_spec,
+)
+from jobwire.sdk.worker import WorkerState
+from jobwire.sdk.ws_job import RotaJob, failure, success
+
+log = logging.getLogger("jobwire.sdk.ws_worker")
+
+F = TypeVar("F", bound=Callable[..., Any])
+SpecSource = dict[str, Any] | str | Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Task:
+    name: str
+    func: Callable[[RotaJob], Any]
+    timeout: float | None
+    is_async: bool
+    spec: dict[str, Any]
+    checksum: str
+
+
+def _load_spec(name: str, spec: SpecSource) -> dict[str, Any]:
+    if spec is None:
+        return {"name": name}
+    if isinstance(spec, str | Path):
+        loaded = load_spec(Path(spec).read_bytes())
+    else:
+        validate_spec(spec)
+        loaded = spec
+    if loaded["name"] != name:
+        raise ValueError(f"task {name!r} names spec {loaded['name']!r}; they must match")
+    return loaded
+
+
+def _rss() -> int | None:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class RotaWorker:
+    """Runs tasks for jobs pushed by a jobwire server over its `/work` WebSocket.
+
+    worker = RotaWorker("http://127.0.0.1:8080", concurrency=4)
+
+    @worker.task("resize", spec="specs/resize.json", timeout=60)
+    async def resize(job: RotaJob) -> dict: ...
+
+    worker.run()
+    """
+
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8080",
+        *,
+        concurrency: int = 10,
+        queues: list[str] | None = None,
+        grace_period: float = 25.0,
+        heartbeat: float = 1.0,
+        reconnect_base: float = 1.0,
+        reconnect_cap: float = 32.0,
+        connect_timeout: float = 10.0,
+        batch_bytes: int = 64 * 1024,
+        hostname: str | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.url = url.rstrip("/") + ("" if url.rstrip("/").endswith("/work") else "/work")
+        self.concurrency = concurrency
+        self.queues = queues
+        self.grace_period = grace_period
+        self.heartbeat = heartbeat
+        self.reconnect_base = reconnect_base
+        self.reconnect_cap = reconnect_cap
+        self.connect_timeout = connect_timeout
+        self.batch_bytes = batch_bytes
+        self.hostname = hostname or socket.gethostname()
+        self.tasks: dict[str, _Task] = {}
+        self.state = WorkerState.TERMINATED
+        #: The server's id for this worker and its verdict on each spec (from the welcome).
+        self.worker_id: str | None = None
+        self.specs_accepted: dict[str, bool] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._generation = 0
+        self._interval = heartbeat
+        self._running: dict[asyncio.Task[None], RotaJob] = {}
+        self._job_generation: dict[str, int] = {}
+        self._progress: dict[str, tuple[int, int]] = {}
+        self._logs: dict[str, list[str]] = {}
+        self._alerts: list[Alert] = []
+        self._results: list[Result] = []
+        self._batched = 0  # rough bytes of status waiting for the next heartbeat
+        self._seq = 0
+        self._wake: asyncio.Event | None = None
+        self._stop: asyncio.Event | None = None
+        self._hurry: asyncio.Event | None = None
+        self._stop_early = False
+        self._sampled = (time.monotonic(), time.process_time())
+
+    # ------------------------------------------------------------ tasks
+
+    def task(
+        self, name: str, *, timeout: float | None = None, spec: SpecSource = None
+    ) -> Callable[[F], F]:
+        """Decorator: run the function for jobs of spec `name`. Register tasks before `run`."""
+
+        def register(func: F) -> F:
+            self.add_task(name, func, timeout=timeout, spec=spec)
+            return func
+
+        return register
+
+    def add_task(
+        self,
+        name: str,
+        func: Callable[[RotaJob], Any],
+        *,
+        timeout: float | None = None,
+        spec: SpecSource = None,
+    ) -> None:
+        if timeout is not None and timeout <= 0:
+            raise ValueError("timeout must be positive")
+        document = _load_spec(name, spec)
+        self.tasks[name] = _Task(
+            name,
+            func,
+            timeout,
+            inspect.iscoroutinefunction(func),
+            document,
+            checksum(document),
+        )
+
+    # ------------------------------------------------------------ running
+
+    def run(self) -> None:
+        """Serve until stopped. On the main thread, signals drive the lifecycle (module doc)."""
+        asyncio.run(self._main())
+
+    async def _main(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGTERM, self._request_stop)
+            loop.add_signal_handler(signal.SIGINT, self._request_stop)
+            loop.add_signal_handler(signal.SIGTSTP, self._go_quiet)
+            loop.add_signal_handler(signal.SIGCONT, self._go_running)
+        await self.serve()
+
+    async def serve(self) -> None:
+        """Serve until `stop()`; then quiet, wait out the grace period, fail the rest, return."""
+        if not self.tasks:
+            raise ValueError("the worker has no tasks")
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._hurry = asyncio.Event()
+        self.state = WorkerState.RUNNING
+        maintainer = asyncio.create_task(self._maintain(), name="rota worker connection")
+        if self._stop_early:
+            self._stop.set()
+        try:
+            await self._stop.wait()
+        except asyncio.CancelledError:
+            self._hurry.set()
+            raise
+        finally:
+            await self._shutdown(maintainer)
+
+    def stop(self) -> None:
+        """Stop gracefully, as SIGTERM does; a second call skips what is left of the grace
+        period. Safe from any thread."""
+        self._from_any_thread(self._request_stop)
+
+    def quiet(self) -> None:
+        """Take no new jobs (as SIGTSTP). Safe from any thread."""
+        self._from_any_thread(self._go_quiet)
+
+    def resume(self) -> None:
+        """Take jobs again after `quiet` (as SIGCONT). Safe from any thread."""
+        self._from_any_thread(self._go_running)
+
+    def _from_any_thread(self, action: Callable[[], None]) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            if action == self._request_stop:
+                self._stop_early = True
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(action)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _request_stop(self) -> None:
+        assert self._stop is not None and self._hurry is not None
+        if self._stop.is_set():
+            log.warning("stopping now: failing the jobs still running")
+            self._hurry.set()
+            return
+        log.info("stopping: finishing %d running job(s) first", len(self._running))
+        self._stop.set()
+
+    def _go_quiet(self) -> None:
+        if self.state is WorkerState.RUNNING:
+            log.info("quiet: taking no new jobs")
+            self.state = WorkerState.QUIET
+            self._flush_soon()
+
+    def _go_running(self) -> None:
+        if self.state is WorkerState.QUIET and not (self._stop and self._stop.is_set()):
+            log.info("running: taking jobs again")
+            self.state = WorkerState.RUNNING
+            self._flush_soon()
+
+    async def _shutdown(self, maintainer: asyncio.Task[None]) -> None:
+        assert self._hurry is not None
+        self._go_quiet()
+        self.state = WorkerState.QUIET
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.grace_period
+        while self._running and not self._hurry.is_set():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            hurry = asyncio.ensure_future(self._hurry.wait())
+            await asyncio.wait(
+                [*self._running, hurry], timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+            hurry.cancel()
+        self.state = WorkerState.TERMINATE
+        if self._running:
+            log.warning("grace period over: giving back %d running job(s)", len(self._running))
+        for task, job in list(self._running.items()):
+            self._finish(job, Failure(job.handle, "worker_shutdown", "stopped", retryable=True))
+            task.cancel()
+        await asyncio.gather(*self._running, return_exceptions=True)
+        maintainer.cancel()
+        await asyncio.gather(maintainer, return_exceptions=True)
+        self.state = WorkerState.TERMINATED
+        log.info("stopped")
+
+    # ------------------------------------------------------------ the connection
+
+    async def _maintain(self) -> None:
+        """Keep one `/work` connection open; reconnect with backoff."""
+        delay = self.reconnect_base
+        timeout = aiohttp.ClientWSTimeout(ws_close=self.connect_timeout)
+        async with aiohttp.ClientSession() as session:
+            while True:
+                try:
+                    async with asyncio.timeout(self.connect_timeout):
+                        ws = await session.ws_connect(self.url, timeout=timeout, max_msg_size=0)
+                except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                    log.info("cannot connect to %s (%s); retrying in %.2gs", self.url, exc, delay)
+                else:
+                    welcomed = await self._serve_connection(ws)
+                    if welcomed:
+                        delay = self.reconnect_base
+                    log.warning(
+                        "lost %s (%s); reconnecting in %.2gs", self.url, ws.close_code, delay
+                    )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.reconnect_cap)
+
+    async def _serve_connection(self, ws: aiohttp.ClientWebSocketResponse) -> bool:
+        """Register, then read until the socket closes; True if the server welcomed us."""
+        self._generation += 1
+        self._ws = ws
+        # What piled up for the old connection's jobs is moot: the server requeued them.
+        self._progress.clear()
+        self._logs.clear()
+        self._results.clear()
+        self._batched = 0
+        welcomed = False
+        sender: asyncio.Task[None] | None = None
+        try:
+            await self._send(ws, self._heartbeat(register=True))
+            sender = asyncio.create_task(self._heartbeats(ws), name="rota heartbeats")
+            async for msg in ws:
+                if msg.type is not aiohttp.WSMsgType.TEXT:
+                    continue
+                try:
+                    message = decode_server_message(msg.data)
+                except RotaError as exc:
+                    log.warning("ignoring a message from the server: %s", exc)
+                    continue
+                welcomed |= isinstance(message, Welcome)
+                self._on_message(message)
+        except (aiohttp.ClientError, OSError) as exc:
+            log.debug("connection error: %r", exc)
+        finally:
+            self._ws = None
+            if sender is not None:
+                sender.cancel()
+                await asyncio.gather(sender, return_exceptions=True)
+            if not ws.closed:
+                with contextlib.suppress(Exception):
+                    await ws.close()
+        return welcomed
+
+    async def _heartbeats(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        assert self._wake is not None
+        while not ws.closed:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._interval):
+                    await self._wake.wait()
+            self._wake.clear()
+            await self._send(ws, self._heartbeat())
+
+    async def _send(self, ws: aiohttp.ClientWebSocketResponse, heartbeat: Heartbeat) -> None:
+        with contextlib.suppress(aiohttp.ClientError, OSError, RuntimeError):
+            await ws.send_frame(encode(heartbeat), aiohttp.WSMsgType.TEXT)
+
+    def _flush_soon(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _heartbeat(self, *, register: bool = False) -> Heartbeat:
+        now, cpu_time = time.monotonic(), time.process_time()
+        then, cpu_then = self._sampled
+        self._sampled = (now, cpu_time)
+        cpu = round(100 * (cpu_time - cpu_then) / (now - then), 1) if now > then else None
+        status = Status(
+            cpu=cpu,
+            ram=_rss(),
+            progress=tuple(Progress(job, c, t) for job, (c, t) in self._progress.items()),
+            logs=tuple(LogBatch(job, tuple(lines)) for job, lines in self._logs.items()),
+            alerts=tuple(self._alerts),
+        )
+        results = tuple(self._results)
+        self._progress.clear()
+        self._logs.clear()
+        self._alerts.clear()
+        self._results.clear()
+        self._batched = 0
+        registration = None
+        if register:
+            registration = Registration(
+                hostname=self.hostname,
+                os=f"{platform.system()} {platform.release()}".strip(),
+                pid=os.getpid(),
+                queues=tuple(self.queues) if self.queues is not None else None,
+                specs=tuple(SpecRef(t.name, t.checksum) for t in self.tasks.values()),
+            )
+        self._seq += 1
+        return Heartbeat(
+            seq=self._seq,
+            register=registration,
+            wants=self.concurrency if self.state is WorkerState.RUNNING else 0,
+            status=status,
+            results=results,
+        )
+
+    def _on_message(self, message: Any) -> None:
+        if isinstance(message, Assignment):
+            self._start(message)
+        elif isinstance(message, Revoke):
+            self._revoke(message)
+        elif isinstance(message, Welcome):
+            self.worker_id = message.worker
+            self._interval = min(self.heartbeat, message.heartbeat_timeout / 3)
+            self._judged(message.specs)
+            log.info("registered with %s as %s", self.url, message.worker)
+        elif isinstance(message, SpecsChanged):
+            self._judged(message.specs)
+        elif isinstance(message, ErrorMessage):
+            level = logging.DEBUG if message.code == "job_not_held" else logging.WARNING
+            log.log(level, "server error %s: %s", message.code, message.message)
+
+    def _judged(self, verdicts: Any) -> None:
+        self.specs_accepted = {v.name: v.accepted for v in verdicts}
+        for v in verdicts:
+            if not v.accepted:
+                log.warning("spec %s (checksum %s) refused: %s", v.name, v.checksum, v.reason)
+
+    # ------------------------------------------------------------ jobs
+
+    def _start(self, assignment: Assignment) -> None:
+        assert self._loop is not None
+        job = RotaJob(assignment.job, assignment.logs, self, self._loop)
+        self._job_generation[job.handle] = self._generation
+        if self.state in (WorkerState.TERMINATE, WorkerState.TERMINATED):
+            self._finish(job, Failure(job.handle, "worker_shutdown", "stopping", retryable=True))
+            return
+        task = asyncio.create_task(self._run_job(job), name=f"rota job {job.handle}")
+        self._running[task] = job
+        task.add_done_callback(self._job_done)
+
+    def _job_done(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+
+    def _revoke(self, revoke: Revoke) -> None:
+        for task, job in list(self._running.items()):
+            if job.handle == revoke.job:
+                log.info("job %s revoked by the server: %s", job.handle, revoke.reason)
+                job._finished = True  # nothing more is sent for it
+                self._job_generation.pop(job.handle, None)
+                task.cancel()
+
+    async def _run_job(self, job: RotaJob) -> None:
+        task = self.tasks.get(job.function)
+        if task is None:
+            self._finish(job, Failure(job.handle, "no_task", f"no task for {job.function}"))
+            return
+        timer = asyncio.timeout(task.timeout)
+        result: Result
+        try:
+            async with timer:
+                if task.is_async:
+                    value = await task.func(job)
+                else:
+                    value = await _in_thread(task.func, job)
+            result = success(job.handle, value)
+        except asyncio.CancelledError:
+            if not job._finished:  # cancelled from outside, not revoked: still answer
+                self._finish(job, Failure(job.handle, "cancelled", "cancelled", retryable=True))
+            raise
+        except BaseException as exc:  # even SystemExit from a task must not end the worker
+            if not timer.expired():
+                log.exception("job %s (%s) raised", job.handle, job.function)
+            result = failure(job.handle, exc, timed_out=timer.expired())
+        self._finish(job, result)
+
+    def _finish(self, job: RotaJob, result: Result) -> None:
+        if job._finished:
+            return
+        job._finished = True
+        if self._job_generation.pop(job.handle, None) != self._generation or self._ws is None:
+            log.warning("result of job %s dropped: its connection was lost", job.handle)
+            return
+        self._results.append(result)
+        self._flush_soon()
+
+    # JobSink: updates from running jobs, on the loop.
+
+    def progress(self, job: RotaJob, current: int, total: int) -> None:
+        if not job._finished:
+            self._progress[job.handle] = (max(0, current), max(0, total))
+            self._grew(64)
+
+    def log(self, job: RotaJob, lines: list[str]) -> None:
+        if not job._finished:
+            self._logs.setdefault(job.handle, []).extend(lines)
+            self._grew(sum(len(line) + 4 for line in lines))
+
+    def alert(self, job: RotaJob, message: str, level: str) -> None:
+        if level not in ALERT_LEVELS:
+            level = "warning"
+        self._alerts.append(Alert(level, message, job.handle))
+        self._flush_soon()
+
+    def _grew(self, size: int) -> None:
+        self._batched += size
+        if self._batched >= self.batch_bytes:
+            self._flush_soon()
+
+
+async def _in_thread(func: Callable[[RotaJob], Any], job: RotaJob) -> Any:
+    """Run a plain task in its own daemon thread (a task that blocks forever costs only it)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def target() -> None:
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = func(job)
+        except Exception as exc:
+            error = exc
+        except BaseException as exc:  # SystemExit and friends must not cross into the loop
+            error = RuntimeError(f"task raised {exc!r}")
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=target, name=f"jobwire-{job.handle}", daemon=True).start()
+    return await future
