@@ -233,10 +233,9 @@ def black_hole() -> Iterator[str]:
 def test_silent_server_times_out_and_the_next_one_answers(
     served: ServerProcess, black_hole: str
 ) -> None:
-    with Client([black_hole, served.address], timeout=1.0, retries=5) as client:
-        handles = [client.submit_background("echo", str(i)) for i in range(2)]
-        assert {handle.server for handle in handles} == {served.address}
-        assert client.submit("echo", "ok") == b"ok"
+    with Client([black_hole, served.address], timeout=0.5, retries=5) as client:
+        # Round robin starts on the silent server: the request times out there, goes on.
+        assert client.submit_background("echo", "x").server == served.address
 
 
 def test_foreground_job_on_a_server_that_hangs_is_retried(served: ServerProcess) -> None:
