@@ -85,6 +85,7 @@ class Decoder:
         "_argc",
         "_buf",
         "_magic",
+        "_need",
         "_other_magic",
         "_text",
         "failed",
@@ -99,7 +100,8 @@ class Decoder:
         max_line: int = DEFAULT_MAX_LINE,
         server_side: bool = True,
     ) -> None:
-        self._buf = bytearray()
+        self._buf = bytearray()  # an incomplete message carried over to the next feed
+        self._need = 0  # bytes the buffered packet needs before parsing is worth trying
         self.max_packet = max_packet
         self.max_line = max_line
         self.failed = False
@@ -114,26 +116,37 @@ class Decoder:
         return len(self._buf)
 
     def feed(self, data: bytes) -> list[Message]:
-        """Add bytes; return every message now complete."""
+        """Add bytes; return every message now complete.
+
+        The common case (nothing left over from the previous read) parses `data` in place;
+        only a trailing partial message is copied into the buffer.
+        """
         if self.failed:
             return []
         buf = self._buf
-        buf += data
+        if buf:
+            if len(buf) + len(data) < self._need:  # still short of the pending packet
+                buf += data
+                return []
+            buf += data
+            data = bytes(buf)
+            buf.clear()
         out: list[Message] = []
         pos = 0
-        end_of_data = len(buf)
+        end_of_data = len(data)
         argc_table = self._argc
         magic_expected = self._magic
+        self._need = 0
         while pos < end_of_data:
-            if buf[pos] != 0:
-                after_line = self._text_line(buf, pos, out)
+            if data[pos] != 0:
+                after_line = self._text_line(data, pos, out)
                 if after_line < 0:  # incomplete line, or a fatal error
                     break
                 pos = after_line
                 continue
             if end_of_data - pos < HEADER_SIZE:
                 break
-            magic, ptype, size = _unpack_header(buf, pos)
+            magic, ptype, size = _unpack_header(data, pos)
             if magic != magic_expected and magic != self._other_magic:
                 out.append(self._fail("INVALID_MAGIC", "Request magic expected"))
                 break
@@ -145,6 +158,7 @@ class Decoder:
             start = pos + HEADER_SIZE
             end = start + size
             if end > end_of_data:
+                self._need = end - pos
                 break
             if magic != magic_expected:
                 # The other side's magic: framed correctly, so skip it and carry on (gearmand).
@@ -163,9 +177,9 @@ class Decoder:
             if argc == 0:
                 args: tuple[bytes, ...] = ()
             elif argc == 1:
-                args = (bytes(buf[start:end]),)
+                args = (data[start:end],)
             else:
-                args = tuple(bytes(buf[start:end]).split(b"\0", argc - 1))
+                args = tuple(data[start:end].split(b"\0", argc - 1))
                 if len(args) != argc:
                     pos = end
                     out.append(
@@ -178,26 +192,26 @@ class Decoder:
                     continue
             out.append(Packet(ptype, args))
             pos = end
-        if pos:
-            del buf[:pos]
         if self.failed:
-            buf.clear()
+            self._need = 0
+        elif pos < end_of_data:
+            buf += memoryview(data)[pos:]
         return out
 
-    def _text_line(self, buf: bytearray, pos: int, out: list[Message]) -> int:
+    def _text_line(self, data: bytes, pos: int, out: list[Message]) -> int:
         """Decode one admin line at `pos`; return the next position, or -1 to wait/stop."""
         if not self._text:
             out.append(self._fail("INVALID_MAGIC", "Response magic expected"))
             return -1
-        newline = buf.find(b"\n", pos)
+        newline = data.find(b"\n", pos)
         if newline < 0:
-            if len(buf) - pos > self.max_line:
+            if len(data) - pos > self.max_line:
                 out.append(self._fail("ARGUMENT_TOO_LARGE", "Command line too long"))
             return -1
         if newline - pos > self.max_line:
             out.append(self._fail("ARGUMENT_TOO_LARGE", "Command line too long"))
             return -1
-        line = bytes(buf[pos:newline])
+        line = data[pos:newline]
         if line.endswith(b"\r"):
             line = line[:-1]
         out.append(AdminCommand(line))
