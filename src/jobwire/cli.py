@@ -66,6 +66,14 @@ def _setup_logging(log_file: str, verbose: str) -> None:
     help="Serve POST /ojs/v1/admin/reset, which wipes all jobs (for conformance test runners).",
 )
 @click.option(
+    "--heartbeat-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds an OJS worker that registered or beat may stay silent before it is "
+    "declared dead and its jobs are requeued.",
+)
+@click.option(
     "--retain-finished",
     type=float,
     default=None,
@@ -150,6 +158,7 @@ def serve(
     port: int,
     http_port: int,
     allow_reset: bool,
+    heartbeat_timeout: float,
     retain_finished: float | None,
     store: str,
     fsync: str,
@@ -192,7 +201,7 @@ def serve(
             if retain_finished is None
             else retain_finished,
         ),
-        ojs=OJSOptions(allow_reset=allow_reset),
+        ojs=OJSOptions(allow_reset=allow_reset, heartbeat_timeout=heartbeat_timeout),
         rota=RotaOptions(
             heartbeat_timeout=rota_heartbeat_timeout,
             max_message=rota_max_message,
@@ -218,6 +227,10 @@ from jobwire.sdk.cli import status_command, submit_command, worker_command  # no
 main.add_command(worker_command)
 main.add_command(submit_command)
 main.add_command(status_command)
+
+from jobwire.ojs_admin_cli import worker_state_command  # noqa: E402
+
+main.add_command(worker_state_command)
 
 from jobwire.sdk.spec_cli import spec_command  # noqa: E402
 

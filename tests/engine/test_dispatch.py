@@ -359,3 +359,39 @@ def test_queue_counts(h: Harness) -> None:
     w = h.worker(dispatch=Dispatch.PULL)
     h.engine.fetch(["a"], 1, worker=w.session)
     assert h.engine.queues["a"].available == 2
+
+
+# ---------------------------------------------------------------------- wake-up fallback
+
+
+def test_fallback_wakes_another_sleeper_when_the_woken_one_does_not_grab(h: Harness) -> None:
+    a, b = h.worker("f"), h.worker("f")
+    assert h.engine.sleep(a.session) is False
+    assert h.engine.sleep(b.session) is False
+    job, _ = h.engine.submit("f", b"x")
+    assert (a.handler.wakes, b.handler.wakes) == (1, 0)
+    # `a` is busy elsewhere and never grabs: after the fallback delay `b` is woken too.
+    h.advance(h.engine.config.wakeup_fallback)
+    assert (a.handler.wakes, b.handler.wakes) == (1, 1)
+    assert h.engine.grab(b.session) is job
+
+
+def test_fallback_wakes_nobody_once_the_work_is_taken(h: Harness) -> None:
+    a, b = h.worker("f"), h.worker("f")
+    h.engine.sleep(a.session)
+    h.engine.sleep(b.session)
+    job, _ = h.engine.submit("f", b"x")
+    assert h.engine.grab(a.session) is job
+    assert h.advance(h.engine.config.wakeup_fallback) is None
+    assert b.handler.wakes == 0
+
+
+def test_fallback_wakes_as_many_sleepers_as_jobs_still_wait(h: Harness) -> None:
+    workers = [h.worker("f") for _ in range(4)]
+    for w in workers:
+        h.engine.sleep(w.session)
+    h.engine.submit("f", b"1")
+    h.engine.submit("f", b"2")
+    assert [w.handler.wakes for w in workers] == [1, 1, 0, 0]
+    h.advance(h.engine.config.wakeup_fallback)
+    assert [w.handler.wakes for w in workers] == [1, 1, 1, 1]

@@ -200,3 +200,16 @@ def test_sigterm_exits_cleanly_and_removes_pid_file(tmp_path: os.PathLike[str]) 
         assert not os.path.exists(pid_file)
     finally:
         server.kill()
+
+
+def test_work_a_woken_worker_leaves_waiting_wakes_another(server_with: ServerProcess) -> None:
+    # With -w 1 only one sleeper is woken; if it never grabs (busy elsewhere, or a dead
+    # link), the wake-up fallback wakes the next one rather than stranding the job.
+    first = sleeping_worker(server_with, "f")
+    second = sleeping_worker(server_with, "f")
+    with GearmanSocket(server_with) as client:
+        handle = client.submit_bg("f", "x")
+    woken, other = (first, second) if sync(first) == [Cmd.NOOP] else (second, first)
+    assert other.recv().type == Cmd.NOOP  # the fallback, once its delay has passed
+    assert other.grab().args[0].decode() == handle
+    assert sync(woken) == []

@@ -9,6 +9,7 @@ runs on the event loop thread, so there are no locks.
 from __future__ import annotations
 
 import itertools
+import logging
 import socket
 import time
 from collections import deque
@@ -41,6 +42,10 @@ _RUNNING = WorkerState.RUNNING
 _PUSH = Dispatch.PUSH
 
 UniqueKey = tuple[str, str | bytes]
+#: Told of every job transition as `observer(event, job)`; events: `jobwire.engine.events`.
+JobObserver = Callable[[str, Job], None]
+
+log = logging.getLogger("jobwire.engine")
 
 
 @dataclass(slots=True)
@@ -49,6 +54,9 @@ class EngineConfig:
     job_retries: int | None = None
     #: Sleeping workers woken per job that becomes available; 0 wakes all of them.
     worker_wakeup: int = 1
+    #: Seconds after a wake-up before more sleepers are woken if the work still waits (a
+    #: woken worker may be busy elsewhere, or its link dead); 0 disables the fallback.
+    wakeup_fallback: float = 0.5
     #: Job ids are PREFIX:N, as gearmand's handles H:<host>:N.
     handle_prefix: str = ""
     #: Seconds a finished job stays visible to status queries; 0 forgets it at once.
@@ -72,6 +80,13 @@ class QueueInfo:
     @property
     def available(self) -> int:
         return sum(lane.count for lane in self.lanes.values())
+
+
+_FINISH_EVENTS = {
+    JobState.COMPLETED: "job.completed",
+    JobState.CANCELLED: "job.cancelled",
+    JobState.DISCARDED: "job.discarded",
+}
 
 
 def _better(job: Job, best: Job | None) -> bool:
@@ -106,6 +121,8 @@ class Engine:
         self._finished: deque[tuple[float, Job]] = deque()
         #: Seconds to wait before a failed job is retried; protocols with retry policies set it.
         self.backoff: Callable[[Job], float] = lambda job: 0.0
+        #: Event log, dead letter, workflows...: called after each job transition.
+        self.observers: list[JobObserver] = []
 
     # ------------------------------------------------------------------ ids and registry
 
@@ -224,6 +241,9 @@ class Engine:
             self._make_available(job, fn)
         if background and self._durable:
             self.store.job_saved(job)
+        if self.observers:
+            scheduled = job.state is JobState.SCHEDULED
+            self._observe("job.scheduled" if scheduled else "job.enqueued", job)
         return job, True
 
     def _check_max_queue(self, fn: FunctionInfo, priority: int) -> None:
@@ -280,9 +300,30 @@ class Engine:
             else:
                 self._stop_waiting(worker)
                 worker.handler.wake()
+                if limit and not fn.fallback_armed and self.config.wakeup_fallback > 0:
+                    fn.fallback_armed = True
+                    when = self.clock() + self.config.wakeup_fallback
+                    self.timers.add(when, self._on_wake_fallback, fn)
             told += 1
             if (limit and told >= limit) or job.state is not _AVAILABLE:
                 return
+
+    def _on_wake_fallback(self, fn: FunctionInfo, _when: float) -> None:
+        """Work still waits after its wake-ups: the woken may never grab, so wake others.
+
+        Waking only as many sleepers as there are jobs avoids gearmand's NOOP storm, but a
+        woken worker that is busy elsewhere or silently gone would otherwise strand the job
+        while its peers sleep (gearmand #343). One timer per function, armed on demand.
+        """
+        fn.fallback_armed = False
+        if self.functions.get(fn.name) is not fn or not fn.waiters:
+            return
+        for lane in list(fn.lanes.values()):
+            for _ in range(min(lane.count, len(fn.waiters))):
+                head = lane.head()
+                if head is None:
+                    break
+                self._notify(fn, head)
 
     def _wait(self, worker: WorkerSession) -> None:
         for name in worker.abilities:
@@ -479,6 +520,8 @@ class Engine:
             self._set_lease(job, now + timeout)
         if self._durable and job.background:
             self.store.job_saved(job)
+        if self.observers:
+            self._observe("job.started", job)
 
     def _set_lease(self, job: Job, deadline: float) -> None:
         job.lease_deadline = deadline
@@ -527,6 +570,8 @@ class Engine:
             self._make_available(job, fn, front=True)
         if self._durable and job.background:
             self.store.job_saved(job)
+        if self.observers:
+            self._observe("job.retrying", job)
 
     # ------------------------------------------------------------------ work updates
 
@@ -601,6 +646,8 @@ class Engine:
                 self.timers.add(now + self.config.retain_finished, self._on_forget, None)
         else:
             self.jobs.pop(job.id, None)
+        if self.observers:
+            self._observe(_FINISH_EVENTS[state], job)
 
     def _on_forget(self, _owner: object, when: float) -> None:
         finished = self._finished
@@ -610,6 +657,67 @@ class Engine:
                 del self.jobs[job.id]
         if finished:
             self.timers.add(finished[0][0], self._on_forget, None)
+
+    def expire(self, job: Job, reason: str = "expired") -> None:
+        """Discard a job that did not start in time (OJS `expires_at`); it never runs.
+
+        Only a waiting job (scheduled, pending, available, retryable) can expire: one that is
+        running finishes normally. Raises IllegalTransition otherwise.
+        """
+        state = job.state
+        if state is _ACTIVE or state.terminal:
+            raise IllegalTransition(f"cannot expire a {state.name.lower()} job")
+        fn = self.functions[job.function]
+        if state is _AVAILABLE:
+            fn.lanes[job.queue].discard()
+        elif state in _WAITING_STATES:
+            fn.scheduled -= 1
+        job.error = reason
+        self._finish(job, JobState.DISCARDED, JobEvent.FAIL, b"")
+
+    def revive(self, job: Job) -> Job:
+        """A discarded job goes back to its queue with attempts counted from zero (dead
+        letter retry). Returns the live job: a new record under the same id, so the finished
+        record's retention timer cannot forget it. Raises IllegalTransition.
+        """
+        if job.state is not JobState.DISCARDED:
+            raise IllegalTransition(f"cannot retry a {job.state.name.lower()} job")
+        fresh = Job(
+            job.id,
+            job.function,
+            job.payload,
+            queue=job.queue,
+            unique=job.unique,
+            priority=job.priority,
+            background=True,
+            created_at=job.created_at,
+        )
+        fresh.max_attempts = job.max_attempts
+        fresh.lease_timeout = job.lease_timeout
+        fresh.reducer = job.reducer
+        fresh.ext = job.ext
+        self.jobs[fresh.id] = fresh
+        key = self.unique_key(fresh.function, fresh.unique, fresh.payload)
+        if key is not None and key not in self.uniques:
+            self.uniques[key] = fresh
+        self._make_available(fresh, self.function(fresh.function))
+        if self._durable:
+            self.store.job_saved(fresh)
+        if self.observers:
+            self._observe("job.enqueued", fresh)
+        return fresh
+
+    def forget(self, job: Job) -> None:
+        """Drop a finished job from status queries before its retention ends."""
+        if job.state.terminal and self.jobs.get(job.id) is job:
+            del self.jobs[job.id]
+
+    def _observe(self, event: str, job: Job) -> None:
+        for observer in self.observers:
+            try:
+                observer(event, job)
+            except Exception:  # an observer's bug must not undo a transition
+                log.exception("job observer failed on %s for %s", event, job.id)
 
     # ------------------------------------------------------------------ subscribers
 

@@ -104,7 +104,16 @@ class Lane:
 class FunctionInfo:
     """A function (Gearman function, OJS type, MDP service): its lanes, workers and limits."""
 
-    __slots__ = ("lanes", "max_queue", "name", "running", "scheduled", "waiters", "workers")
+    __slots__ = (
+        "fallback_armed",
+        "lanes",
+        "max_queue",
+        "name",
+        "running",
+        "scheduled",
+        "waiters",
+        "workers",
+    )
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -116,6 +125,8 @@ class FunctionInfo:
         self.waiters: dict[WorkerSession, None] = {}
         # Gearman maxqueue per band (high, normal, low); 0 or less means unlimited.
         self.max_queue: tuple[int, int, int] | None = None
+        # A timer will check that woken workers took the work (see Engine._on_wake_fallback).
+        self.fallback_armed = False
 
     def lane(self, queue: str) -> Lane:
         lane = self.lanes.get(queue)

@@ -67,6 +67,19 @@ _COLUMNS = (
     " created_at, reducer, ext"
 )
 _LOAD = f"SELECT {_COLUMNS} FROM jobs ORDER BY seq"
+# Small records beside the jobs (cron registrations, workflows: `jobwire.store.kv`). Created
+# when missing, so files of this schema version without it gain it on open.
+_KV_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kv (
+    namespace TEXT NOT NULL,
+    key TEXT NOT NULL,
+    value BLOB NOT NULL,
+    PRIMARY KEY (namespace, key)
+) WITHOUT ROWID
+"""
+_KV_PUT = "INSERT OR REPLACE INTO kv (namespace, key, value) VALUES (?, ?, ?)"
+_KV_DELETE = "DELETE FROM kv WHERE namespace = ? AND key = ?"
+_KV_LOAD = "SELECT key, value FROM kv WHERE namespace = ?"
 #: Rows per statement. Many rows per statement, because the writer thread gives up the GIL
 #: around every statement and waits to get it back while the loop thread is busy.
 _STATEMENT_SIZES = (256, 32, 4, 1)
@@ -105,6 +118,8 @@ Row = tuple[Any, ...]
 Callback = Callable[[bool], None]
 #: What a batch changes: job id -> its row to insert or update, or None to delete it.
 Changes = dict[str, Row | None]
+#: Key-value changes of a batch: (namespace, key) -> value, or None to delete it.
+KVChanges = dict[tuple[str, str], bytes | None]
 T = TypeVar("T")
 
 #: While commits keep failing, repeat the same error in the log at most this often (seconds).
@@ -163,6 +178,7 @@ def connect(path: Path, fsync: str = "batch") -> sqlite3.Connection:
             raise StoreError(
                 f"{path}: schema version {version}, this jobwire knows {SCHEMA_VERSION}"
             )
+        conn.execute(_KV_SCHEMA)
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
         conn.close()
@@ -201,7 +217,8 @@ class SQLiteStore:
         self._logged_at = 0.0
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: queue.SimpleQueue[tuple[int, Changes] | None] = queue.SimpleQueue()
+        self._kv: KVChanges = {}  # key-value writes of the current batch
+        self._queue: queue.SimpleQueue[tuple[int, Changes, KVChanges] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ replay
@@ -228,11 +245,32 @@ class SQLiteStore:
         if not self._scheduled:
             self._schedule()
 
+    def kv_load(self, namespace: str) -> dict[str, bytes]:
+        """`KeyValueStore.kv_load`: call at start-up, like load(), before the first write."""
+        try:
+            records = dict(self._conn.execute(_KV_LOAD, (namespace,)).fetchall())
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read {self.path}: {exc}") from exc
+        for (ns, key), value in self._kv.items():
+            if ns == namespace:
+                if value is None:
+                    records.pop(key, None)
+                else:
+                    records[key] = value
+        return records
+
+    def kv_put(self, namespace: str, key: str, value: bytes | None) -> None:
+        """`KeyValueStore.kv_put`: committed with the jobs of the same batch."""
+        self.write_count += 1
+        self._kv[(namespace, key)] = value
+        if not self._scheduled:
+            self._schedule()
+
     def pending(self) -> bool:
-        return bool(self._batch) or self._handed > self._done
+        return bool(self._batch) or bool(self._kv) or self._handed > self._done
 
     def after_commit(self, callback: Callback) -> None:
-        if self._batch:
+        if self._batch or self._kv:
             self._waiters.append((self._handed + 1, callback))
         elif self._handed > self._done:
             self._waiters.append((self._handed, callback))
@@ -260,15 +298,15 @@ class SQLiteStore:
 
     def _hand_off(self) -> None:
         """Turn the batch into rows here, on the loop thread that owns the jobs."""
-        batch = self._batch
-        if not batch or self._closed:
+        batch, kv = self._batch, self._kv
+        if not (batch or kv) or self._closed:
             return
-        self._batch = {}
+        self._batch, self._kv = {}, {}
         changes: Changes = {
             job_id: None if job is None else _row(job) for job_id, job in batch.items()
         }
         self._handed += 1
-        self._queue.put((self._handed, changes))
+        self._queue.put((self._handed, changes, kv))
 
     def _write_loop(self) -> None:
         """The writer thread: commit what was handed off, then report back to the loop."""
@@ -277,7 +315,7 @@ class SQLiteStore:
             item = self._queue.get()
             if item is None:
                 break
-            number, changes = item
+            number, changes, kv = item
             # `batch`: everything that queued up during the last commit goes in this one.
             while self._merge_turns:
                 try:
@@ -289,16 +327,17 @@ class SQLiteStore:
                     break
                 number = item[0]
                 changes.update(item[1])  # in order: the latest change of a job wins
+                kv.update(item[2])
             upserts = [row for row in changes.values() if row is not None]
             deletes = [job_id for job_id, row in changes.items() if row is None]
-            error = self._commit(upserts, deletes)
+            error = self._commit(upserts, deletes, kv)
             loop = self._loop
             assert loop is not None
             # A closed loop (after shutdown) has nobody waiting any more.
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._committed, number, len(upserts), error)
 
-    def _commit(self, upserts: list[Row], deletes: list[str]) -> str | None:
+    def _commit(self, upserts: list[Row], deletes: list[str], kv: KVChanges) -> str | None:
         """One transaction; the error that rolled it back, or None."""
         conn = self._conn
         try:
@@ -307,6 +346,11 @@ class SQLiteStore:
                 conn.execute(_upsert(size), [value for row in rows for value in row])
             for size, ids in _runs(deletes, self._sizes):
                 conn.execute(_delete(size), ids)
+            for (namespace, key), value in kv.items():
+                if value is None:
+                    conn.execute(_KV_DELETE, (namespace, key))
+                else:
+                    conn.execute(_KV_PUT, (namespace, key, value))
             conn.execute("COMMIT")
         except Exception as exc:  # any failure fails this batch, never the thread
             try:

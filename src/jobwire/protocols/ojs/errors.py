@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 DOCS_URL = "https://openjobspec.org/spec/errors"
@@ -76,3 +77,30 @@ def error_body(error: OJSError, request_id: str) -> dict[str, Any]:
 def invalid(message: str, *, status: int = 400) -> OJSError:
     """A request that parsed but breaks a rule of the spec."""
     return OJSError("invalid_request", message, status=status)
+
+
+#: Coarse error classes guessed from a failure message, first match wins.
+_ERROR_CLASSES = (
+    (re.compile(r"rate.?limit|too many requests|throttl", re.I), "RateLimitExceeded"),
+    (
+        re.compile(r"connect\w*.*(timed? ?out|timeout)|(timed? ?out|timeout).*connect", re.I),
+        "ConnectionTimeout",
+    ),
+    (re.compile(r"timed? ?out|timeout|deadline exceeded", re.I), "Timeout"),
+    (re.compile(r"connection (refused|reset|closed)|unreachable", re.I), "ConnectionError"),
+    (re.compile(r"not found|no such", re.I), "NotFound"),
+    (re.compile(r"permission|forbidden|unauthori[sz]ed|denied", re.I), "PermissionDenied"),
+    (re.compile(r"invalid|validation|malformed", re.I), "ValidationError"),
+)
+
+
+def classify_error(message: str) -> str:
+    """An error class for a failure the worker did not classify, from its message.
+
+    Error history entries carry a `type`: the worker's own, else `details.error_class`, else
+    this guess (so the history groups failures even from workers that send only text).
+    """
+    for pattern, name in _ERROR_CLASSES:
+        if pattern.search(message):
+            return name
+    return "InternalServerError"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from datetime import UTC, datetime
 
 _DURATION_RE = re.compile(
@@ -17,8 +18,14 @@ def format_time(ts: float) -> str:
     return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
 
 
-def parse_time(text: str) -> float:
-    """RFC 3339 (a timezone is required) -> seconds since the epoch; ValueError if invalid."""
+def parse_time(text: str, now: float | None = None) -> float:
+    """RFC 3339 (a timezone is required) -> seconds since the epoch; ValueError if invalid.
+
+    `+DURATION` (ISO-8601, e.g. `+PT5S`, as the conformance suite sends) means that long
+    after `now` (default: the current time).
+    """
+    if isinstance(text, str) and text.startswith("+"):
+        return (time.time() if now is None else now) + parse_duration(text[1:])
     if not isinstance(text, str) or "T" not in text:
         raise ValueError(f"not an RFC 3339 timestamp: {text!r}")
     dt = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))

@@ -1,7 +1,11 @@
-"""aiohttp handlers for `/ojs/v1`: parse the request, make one engine call, render the reply.
+"""The OJS binding's service: the state it keeps beside the engine, and the aiohttp app.
 
-Everything runs on the engine's event loop, so handlers call the engine directly. A PUSH is
-answered 201 only once the store has made the job durable (the engine's durability contract).
+Everything runs on the engine's event loop, so handlers call the engine directly. Replies
+that acknowledge a change wait until the store has made it durable (the engine's durability
+contract). Routes live in one module per area (jobs, workers, queues, dead letter, events,
+cron, workflows, admin); this module wires them and holds what they share: job submission
+(with unique jobs, expiry, rate limits), worker sessions and the engine-side helpers
+(event log, dead letter, worker liveness, cron).
 """
 
 from __future__ import annotations
@@ -12,30 +16,35 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from jobwire import __version__
 from jobwire.engine import Engine
-from jobwire.engine.errors import EngineError, IllegalTransition, QueueFull
+from jobwire.engine.cron import CronEntry, CronScheduler
+from jobwire.engine.deadletter import DeadLetter
+from jobwire.engine.errors import IllegalTransition, QueueFull
+from jobwire.engine.events import EventLog
 from jobwire.engine.job import Job, JobState
+from jobwire.engine.liveness import WorkerLiveness
+from jobwire.engine.ratelimit import QueueRateLimits
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
-from jobwire.protocols.ojs.envelope import SPEC_VERSION, PushRequest, check_queue, parse_push
-from jobwire.protocols.ojs.errors import OJSError, error_body, invalid
+from jobwire.protocols.ojs.envelope import SPEC_VERSION, PushRequest, parse_push
+from jobwire.protocols.ojs.errors import OJSError, invalid
 from jobwire.protocols.ojs.ids import uuid7
 from jobwire.protocols.ojs.retry import RetryPolicy, parse_retry
 from jobwire.protocols.ojs.times import format_time
-from jobwire.server.ojs.render import job_json, payload_for
+from jobwire.protocols.ojs.unique import UniquePolicy, parse_unique
+from jobwire.server.ojs.http import BASE, ojs_middleware, reply
+from jobwire.server.ojs.render import payload_for
+from jobwire.server.ojs.unique import UniqueIndex
 from jobwire.server.runtime import Runtime
+from jobwire.store.kv import key_value_store
 
 log = logging.getLogger("jobwire.ojs")
 
-CONTENT_TYPE = "application/openjobspec+json"
-BASE = "/ojs/v1"
-DEFAULT_VISIBILITY_MS = 30_000
 MAX_FETCH = 1000
 #: The highest level whose conformance tests (and all lower levels') pass; see tests/ojs.
-CONFORMANCE_LEVEL = 0
+CONFORMANCE_LEVEL = 4
 
 
 @dataclass(slots=True)
@@ -43,7 +52,11 @@ class OJSOptions:
     allow_reset: bool = False
     max_body: int = 1024 * 1024
     heartbeat_interval: float = 5.0
+    #: Seconds without a heartbeat before a registered (or beating) worker is dead.
     heartbeat_timeout: float = 30.0
+    #: Seconds a fetched job is leased when neither the fetch nor the job says (worker protocol).
+    visibility_timeout: float = 1800.0
+    event_log_size: int = 10_000
 
 
 class _HttpWorker:
@@ -63,85 +76,6 @@ _HANDLER = _HttpWorker()
 ANONYMOUS = "ojs-anonymous"
 
 
-def reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(
-        body=orjson.dumps(body), status=status, content_type=CONTENT_TYPE, headers=headers
-    )
-
-
-def _http_error_code(status: int) -> str:
-    return {
-        404: "not_found",
-        405: "method_not_allowed",
-        413: "payload_too_large",
-    }.get(status, "invalid_request" if status < 500 else "backend_error")
-
-
-@web.middleware
-async def ojs_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Every reply gets the OJS headers; every failure becomes an OJS error body."""
-    request_id = request.headers.get("X-Request-Id") or f"req_{uuid7()}"
-    try:
-        response: web.StreamResponse = await handler(request)
-    except OJSError as exc:
-        response = reply(error_body(exc, request_id), exc.status)
-    except web.HTTPException as exc:
-        code = _http_error_code(exc.status)
-        error = OJSError(code, exc.reason or code, status=exc.status)
-        response = reply(error_body(error, request_id), exc.status)
-    except Exception:
-        log.exception("OJS request %s %s failed", request.method, request.path)
-        error = OJSError("backend_error", "internal error", status=500, retryable=True)
-        response = reply(error_body(error, request_id), 500)
-    response.headers["OJS-Version"] = SPEC_VERSION
-    response.headers["X-Request-Id"] = request_id
-    return response
-
-
-async def read_json(request: web.Request, *, required: bool = True) -> Any:
-    raw = await request.read()
-    if not raw.strip():
-        if required:
-            raise OJSError("invalid_payload", "request body is empty; send a JSON object")
-        return {}
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise OJSError("invalid_payload", f"malformed JSON: {exc}") from None
-
-
-async def read_object(request: web.Request, *, required: bool = True) -> dict[str, Any]:
-    body = await read_json(request, required=required)
-    if not isinstance(body, dict):
-        raise OJSError("invalid_payload", "request body must be a JSON object")
-    return body
-
-
-def _str_field(body: dict[str, Any], name: str) -> str:
-    value = body.get(name)
-    if not isinstance(value, str) or not value:
-        raise invalid(f"{name} is required and must be a non-empty string")
-    return value
-
-
-_DIRECTIVES = [WorkerState.RUNNING, WorkerState.QUIET, WorkerState.TERMINATE]
-
-
-def _directive(state: Any) -> int:
-    """Rank of a worker state; the server only ever moves a worker forward."""
-    for rank, candidate in enumerate(_DIRECTIVES):
-        if state == candidate.value:
-            return rank
-    return 0
-
-
-def _test_directive(job: Job) -> Any:
-    """The conformance suite's hook: `options.metadata.test_directive` names a worker state."""
-    options = (job.ext or {}).get("options") or {}
-    metadata = options.get("metadata")
-    return metadata.get("test_directive") if isinstance(metadata, dict) else None
-
-
 def retry_policy(job: Job) -> RetryPolicy | None:
     """The job's OJS retry policy (kept in ext as its validated JSON, so the store can keep it)."""
     if job.ext is None or "retry" not in job.ext:
@@ -149,36 +83,83 @@ def retry_policy(job: Job) -> RetryPolicy | None:
     return parse_retry(job.ext["retry"])
 
 
+def wants_dead_letter(job: Job) -> bool:
+    """A job that ran and failed for good goes to the dead letter queue if its policy says so."""
+    retry = (job.ext or {}).get("retry")
+    return (
+        job.attempts > 0
+        and isinstance(retry, dict)
+        and retry.get("on_exhaustion") == ("dead_letter")
+    )
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A validated PUSH, checked against existing jobs, not yet submitted."""
+
+    req: PushRequest
+    policy: UniquePolicy | None = None
+    unique_key: str | None = None
+    existing: Job | None = None  # the job a unique conflict found (ignore / replace)
+
+
 class OJSService:
-    """The OJS binding's state that is not the engine's: HTTP worker sessions, start time."""
+    """The OJS binding's state that is not the engine's, and the aiohttp application."""
 
     def __init__(self, runtime: Runtime, options: OJSOptions | None = None) -> None:
+        from jobwire.server.ojs.workflows import Workflows
+
         self.runtime = runtime
         self.engine: Engine = runtime.engine
         self.options = options or OJSOptions()
         self.started = time.time()
         self.workers: dict[str, WorkerSession] = {}
-        self._previous_backoff = self.engine.backoff
-        self.engine.backoff = self._backoff
+        engine = self.engine
+        self._previous_backoff = engine.backoff
+        engine.backoff = self._backoff
+        kv = key_value_store(engine.store)
+        self.events = EventLog(self.options.event_log_size, clock=engine.clock)
+        self.dead_letter = DeadLetter(engine, wants=wants_dead_letter)
+        self.liveness = WorkerLiveness(engine, self.options.heartbeat_timeout)
+        self.rate_limits = QueueRateLimits()
+        self.uniques = UniqueIndex()
+        self.cron = CronScheduler(engine, self._cron_trigger, kv=kv, events=self.events)
+        self.workflows = Workflows(self, kv)
+        engine.observers.extend(
+            [self.events.observe, self.dead_letter.observe, self.workflows.observe]
+        )
+        self._recover()
+
+    def _recover(self) -> None:
+        """After a replay: expiry timers and unique locks of restored jobs; cron; workflows."""
+        for job in list(self.engine.jobs.values()):
+            ext = job.ext
+            if ext is None or not ext.get("ojs"):
+                continue
+            if ext.get("expires_at") is not None:
+                self.arm_expiry(job)
+            if ext.get("unique_key"):
+                self.uniques.add(ext["unique_key"], job, ext.get("unique_until"))
+        restored = self.cron.load()
+        if restored:
+            log.info("restored %d cron registrations", restored)
+        self.workflows.load()
 
     # ------------------------------------------------------------------ plumbing
 
     def app(self) -> web.Application:
+        from jobwire.server.ojs import admin, cron, deadletter, events, jobs, queues, workers
+        from jobwire.server.ojs import workflows as workflow_routes
+        from jobwire.server.ojs.openapi import openapi_document
+
         app = web.Application(middlewares=[ojs_middleware], client_max_size=self.options.max_body)
         r = app.router
         r.add_get("/ojs/manifest", self.manifest)
         r.add_get(BASE + "/health", self.health)
-        r.add_post(BASE + "/jobs", self.push)
-        r.add_get(BASE + "/jobs/{id}", self.get_job)
-        r.add_delete(BASE + "/jobs/{id}", self.cancel)
-        r.add_post(BASE + "/jobs/{id}/activate", self.activate)
-        r.add_post(BASE + "/workers/fetch", self.fetch)
-        r.add_post(BASE + "/workers/ack", self.ack)
-        r.add_post(BASE + "/workers/nack", self.nack)
-        r.add_post(BASE + "/workers/heartbeat", self.heartbeat)
-        r.add_get(BASE + "/queues", self.list_queues)
-        if self.options.allow_reset:
-            r.add_post(BASE + "/admin/reset", self.reset)
+        document = openapi_document()
+        r.add_get(BASE + "/openapi.json", lambda request: _static(document))
+        for module in (jobs, workers, queues, deadletter, events, cron, workflow_routes, admin):
+            module.add_routes(r, self)
         return app
 
     async def durable(self) -> None:
@@ -209,12 +190,13 @@ class OJSService:
         return self._previous_backoff(job)
 
     def job(self, job_id: str) -> Job:
-        job = self.engine.jobs.get(job_id)
+        job = self.engine.jobs.get(job_id) or self.dead_letter.get(job_id)
         if job is None:
             raise OJSError("not_found", f"job {job_id} not found")
         return job
 
     def worker(self, worker_id: str | None) -> WorkerSession:
+        """The session of `worker_id`, created on first use (fetch needs no registration)."""
         key = worker_id or ANONYMOUS
         session = self.workers.get(key)
         if session is None or session.state is WorkerState.TERMINATED:
@@ -225,6 +207,109 @@ class OJSService:
         else:
             self.engine.touch(session)
         return session
+
+    # ------------------------------------------------------------------ submission
+
+    def prepare(self, req: PushRequest) -> Prepared:
+        """Check a PUSH against existing jobs without changing anything; raises OJSError."""
+        engine = self.engine
+        if req.id is not None and req.id in engine.jobs:
+            raise OJSError("duplicate", f"a job with id {req.id} already exists")
+        plan = Prepared(req)
+        policy = parse_unique(req.unique)
+        if policy is not None:
+            key = policy.fingerprint(req.type, req.queue, req.args, req.meta)
+            plan.policy, plan.unique_key = policy, key
+            existing = self.uniques.conflict(key, policy, engine.clock(), engine.jobs)
+            if existing is not None and policy.on_conflict == "reject":
+                raise OJSError(
+                    "duplicate",
+                    f"a job with the same unique key exists: {existing.id}",
+                    details={"existing_job_id": existing.id, "unique_key": key},
+                )
+            plan.existing = existing
+        rate = req.options.get("rate_limit")
+        if rate is not None:
+            _rate_limit(rate)
+        return plan
+
+    def commit(self, plan: Prepared, extra_ext: dict[str, Any] | None = None) -> tuple[Job, bool]:
+        """Submit a prepared PUSH: the new job and True, or the existing one for `ignore`."""
+        req, engine = plan.req, self.engine
+        existing = plan.existing
+        if existing is not None and plan.policy is not None:
+            if plan.policy.on_conflict == "ignore":
+                return existing, False
+            if not existing.state.terminal:  # replace
+                engine.cancel(existing)
+        now = engine.clock()
+        ext: dict[str, Any] = {
+            "ojs": True,
+            "args": req.args,
+            "meta": req.meta,
+            "tags": req.tags,
+            "extra": req.extra,
+            "options": req.options,
+            "retry": req.retry_raw,
+            "timeout": req.timeout,
+            "enqueued_at": now,
+        }
+        if plan.unique_key is not None and plan.policy is not None:
+            ext["unique_key"] = plan.unique_key
+            if plan.policy.period is not None:
+                ext["unique_until"] = now + plan.policy.period
+        if req.expires_at is not None:
+            ext["expires_at"] = req.expires_at
+            raw = req.options.get("expires_at")
+            if isinstance(raw, str) and not raw.startswith("+"):
+                ext["expires_at_text"] = raw  # echo the caller's own spelling
+        if extra_ext:
+            ext.update(extra_ext)
+        try:
+            job, _ = engine.submit(
+                req.type,
+                payload_for(req.args),
+                queue=req.queue,
+                priority=req.priority,
+                job_id=req.id or uuid7(),
+                run_at=req.run_at,
+                max_attempts=req.retry.max_attempts,
+                lease_timeout=req.visibility_timeout,
+                pending=req.pending,
+                ext=ext,
+            )
+        except QueueFull as exc:
+            raise OJSError("rate_limited", str(exc), retryable=True) from None
+        if plan.unique_key is not None:
+            self.uniques.add(plan.unique_key, job, ext.get("unique_until"))
+        if req.expires_at is not None:
+            self.arm_expiry(job)
+        rate = req.options.get("rate_limit")
+        if rate is not None:
+            self.rate_limits.set(req.queue, _rate_limit(rate))
+        return job, True
+
+    def submit(self, req: PushRequest, extra_ext: dict[str, Any] | None = None) -> tuple[Job, bool]:
+        return self.commit(self.prepare(req), extra_ext)
+
+    def arm_expiry(self, job: Job) -> None:
+        assert job.ext is not None
+        when = float(job.ext["expires_at"])
+        self.engine.timers.add(max(when, self.engine.clock()), self._on_expiry, job)
+
+    def _on_expiry(self, job: Job, when: float) -> None:
+        if self.engine.jobs.get(job.id) is not job or job.state is JobState.ACTIVE:
+            return  # gone, replaced, or already running (a running job finishes normally)
+        if not job.state.terminal:
+            self.engine.expire(job, "expired")
+
+    def _cron_trigger(self, entry: CronEntry, when: float) -> Job:
+        template = dict(entry.template)
+        meta = dict(template.get("meta") or {})
+        meta.update(cron_name=entry.name, cron_triggered_at=format_time(when))
+        template["meta"] = meta
+        job, _ = self.submit(parse_push(template))
+        return job
 
     # ------------------------------------------------------------------ system
 
@@ -243,20 +328,22 @@ class OJSService:
                 "protocols": ["http"],
                 "backend": type(self.engine.store).__name__,
                 "capabilities": {
-                    "batch_enqueue": False,
-                    "cron": False,
-                    "dead_letter": False,
+                    "batch_enqueue": True,
+                    "cron": True,
+                    "dead_letter": True,
                     "delayed_jobs": True,
-                    "job_ttl": False,
+                    "job_ttl": True,
                     "priority_queues": True,
-                    "rate_limiting": False,
+                    "rate_limiting": True,
                     "schema_validation": False,
-                    "unique_jobs": False,
-                    "workflows": False,
-                    "pause_resume": False,
+                    "unique_jobs": True,
+                    "workflows": True,
+                    "pause_resume": True,
+                    "events": True,
+                    "worker_registration": True,
                 },
-                "extensions": [],
-                "endpoints": {"base": BASE},
+                "extensions": ["x-jobwire-worker-registration", "x-jobwire-worker-state"],
+                "endpoints": {"base": BASE, "openapi": BASE + "/openapi.json"},
             }
         )
 
@@ -270,267 +357,38 @@ class OJSService:
             }
         )
 
-    async def reset(self, request: web.Request) -> web.Response:
+    def reset(self) -> None:
+        """Forget every job, worker, registration and record (`POST /ojs/v1/admin/reset`)."""
         engine = self.engine
         for session in list(self.workers.values()):
             if session.state is not WorkerState.TERMINATED:
                 engine.remove_worker(session, "reset")
         self.workers.clear()
         engine.reset()
-        return reply({"ok": True})
+        self.events.clear()
+        self.dead_letter.clear()
+        self.liveness.clear()
+        self.rate_limits.clear()
+        self.uniques.clear()
+        self.cron.clear()
+        self.workflows.clear()
 
-    # ------------------------------------------------------------------ jobs
 
-    async def push(self, request: web.Request) -> web.Response:
-        req = parse_push(await read_json(request))
-        job = self.submit(req)
-        await self.durable()
-        return reply({"job": job_json(job)}, 201, {"Location": f"{BASE}/jobs/{job.id}"})
+async def _static(document: dict[str, Any]) -> web.Response:
+    return reply(document)
 
-    def submit(self, req: PushRequest) -> Job:
-        engine = self.engine
-        if req.id is not None and req.id in engine.jobs:
-            raise OJSError("duplicate", f"a job with id {req.id} already exists")
-        info = engine.queues.get(req.queue)
-        if info is not None and info.paused:
-            raise OJSError("queue_paused", f"queue {req.queue} is paused")
-        ext: dict[str, Any] = {
-            "ojs": True,
-            "args": req.args,
-            "meta": req.meta,
-            "tags": req.tags,
-            "extra": req.extra,
-            "options": req.options,
-            "retry": req.retry_raw,
-            "timeout": req.timeout,
-            "enqueued_at": time.time(),
-        }
-        try:
-            job, _ = engine.submit(
-                req.type,
-                payload_for(req.args),
-                queue=req.queue,
-                priority=req.priority,
-                job_id=req.id or uuid7(),
-                run_at=req.run_at,
-                max_attempts=req.retry.max_attempts,
-                lease_timeout=req.visibility_timeout,
-                pending=req.pending,
-                ext=ext,
-            )
-        except QueueFull as exc:
-            raise OJSError("rate_limited", str(exc), retryable=True) from None
-        return job
 
-    async def get_job(self, request: web.Request) -> web.Response:
-        return reply({"job": job_json(self.job(request.match_info["id"]))})
+def _rate_limit(raw: Any) -> int:
+    if not isinstance(raw, dict):
+        raise invalid("options.rate_limit must be an object {max_per_second}")
+    value = raw.get("max_per_second")
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise invalid("options.rate_limit.max_per_second must be a positive integer")
+    return value
 
-    async def cancel(self, request: web.Request) -> web.Response:
-        job = self.job(request.match_info["id"])
-        try:
-            self.engine.cancel(job)
-        except IllegalTransition as exc:
-            raise OJSError("conflict", str(exc), status=409) from None
-        await self.durable()
-        return reply({"job": job_json(job)})
 
-    async def activate(self, request: web.Request) -> web.Response:
-        job = self.job(request.match_info["id"])
-        try:
-            self.engine.activate(job)
-        except IllegalTransition as exc:
-            raise OJSError("conflict", str(exc), status=409) from None
-        await self.durable()
-        return reply({"job": job_json(job)})
-
-    # ------------------------------------------------------------------ workers
-
-    async def fetch(self, request: web.Request) -> web.Response:
-        body = await read_object(request)
-        queues = body.get("queues", ["default"])
-        if not isinstance(queues, list) or not queues:
-            raise invalid("queues must be a non-empty array of queue names")
-        names = [check_queue(q) for q in queues]
-        count = body.get("count", 1)
-        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_FETCH:
-            raise invalid(f"count must be an integer in [1, {MAX_FETCH}]")
-        visibility = body.get("visibility_timeout_ms")
-        if visibility is None:
-            lease: float | None = None
-        elif isinstance(visibility, int) and not isinstance(visibility, bool) and visibility > 0:
-            lease = visibility / 1000
-        else:
-            raise invalid("visibility_timeout_ms must be a positive integer")
-        worker_id = body.get("worker_id")
-        if worker_id is not None and not isinstance(worker_id, str):
-            raise invalid("worker_id must be a string")
-        session = self.worker(worker_id)
-        if session.state is not WorkerState.RUNNING:
-            return reply({"jobs": []})
-        jobs = self.engine.fetch(names, count, worker=session, lease_timeout=lease)
-        for job in jobs:
-            lease_for = job.lease_deadline - time.time() if job.lease_deadline else None
-            if lease_for is None:  # neither the fetch nor the job set one
-                lease_for = DEFAULT_VISIBILITY_MS / 1000
-            timeout = (job.ext or {}).get("timeout")
-            if timeout:  # an execution timeout also ends the lease
-                lease_for = min(lease_for, timeout)
-            self.engine.extend_lease(job, lease_for)
-        await self.durable()
-        rendered = [job_json(job) for job in jobs]
-        out: dict[str, Any] = {"jobs": rendered}
-        if rendered:
-            out["job"] = rendered[0]
-        return reply(out)
-
-    def active_job(self, body: dict[str, Any]) -> Job:
-        job = self.job(_str_field(body, "job_id"))
-        if job.state is not JobState.ACTIVE:
-            raise OJSError(
-                "conflict", f"job {job.id} is {job.state.name.lower()}, not active", status=409
-            )
-        return job
-
-    async def ack(self, request: web.Request) -> web.Response:
-        body = await read_object(request)
-        job = self.active_job(body)
-        result = body.get("result")
-        try:
-            self.engine.complete(job, orjson.dumps(result) if result is not None else b"")
-        except EngineError as exc:
-            raise OJSError("conflict", str(exc), status=409) from None
-        if job.ext is None:
-            job.ext = {}
-        if result is not None:
-            job.ext["result"] = result
-        await self.durable()
-        assert job.finished_at is not None
-        return reply(
-            {
-                "acknowledged": True,
-                "id": job.id,
-                "job_id": job.id,
-                "state": "completed",
-                "completed_at": format_time(job.finished_at),
-                "job": job_json(job),
-            }
-        )
-
-    async def nack(self, request: web.Request) -> web.Response:
-        body = await read_object(request)
-        job = self.active_job(body)
-        raw_error = body.get("error", {})
-        if not isinstance(raw_error, dict):
-            raise invalid("error must be an object {code, message, retryable?, details?}")
-        code = raw_error.get("code", "handler_error")
-        message = raw_error.get("message", "")
-        if not isinstance(code, str) or not isinstance(message, str):
-            raise invalid("error.code and error.message must be strings")
-        retryable = raw_error.get("retryable", True)
-        requeue = body.get("requeue", False)
-        if not isinstance(requeue, bool):
-            raise invalid("requeue must be a boolean")
-        if not isinstance(retryable, bool):
-            raise invalid("error.retryable must be a boolean")
-        details = raw_error.get("details")
-        error: dict[str, Any] = {"type": code, "code": code, "message": message or code}
-        if details is not None:
-            error["details"] = details
-        error["attempt"] = job.attempts
-        error["occurred_at"] = format_time(time.time())
-        ext = job.ext if job.ext is not None else {}
-        job.ext = ext
-        policy = retry_policy(job)
-        error_class = details.get("error_class") if isinstance(details, dict) else None
-        if policy is not None and (
-            policy.is_non_retryable(code) or policy.is_non_retryable(error_class)
-        ):
-            retryable = False
-        ext.setdefault("errors", []).append(error)
-        # A requeue (a worker releasing the job, e.g. on terminate) goes back at once.
-        ext["nack_pending"] = not requeue
-        try:
-            self.engine.fail(job, message, retry=retryable or requeue)
-        except EngineError as exc:
-            raise OJSError("conflict", str(exc), status=409) from None
-        finally:
-            ext.pop("nack_pending", None)
-        job.error = error
-        await self.durable()
-        out: dict[str, Any] = {
-            "id": job.id,
-            "job_id": job.id,
-            "state": job.state.name.lower(),
-            "attempt": job.attempts,
-            "max_attempts": job_json(job)["max_attempts"],
-        }
-        if job.state is JobState.RETRYABLE and job.run_at is not None:
-            out["next_attempt_at"] = format_time(job.run_at)
-        if job.state is JobState.AVAILABLE:
-            out["next_attempt_at"] = format_time(time.time())
-        if ext.get("retry_delay") is not None and not job.state.terminal:
-            out["retry_delay_ms"] = int(ext["retry_delay"] * 1000)
-        if job.state is JobState.DISCARDED and job.finished_at is not None:
-            out["discarded_at"] = out["completed_at"] = format_time(job.finished_at)
-        out["job"] = job_json(job)
-        return reply(out)
-
-    async def heartbeat(self, request: web.Request) -> web.Response:
-        body = await read_object(request)
-        worker_id = _str_field(body, "worker_id")
-        session = self.worker(worker_id)
-        ids: list[Any] = []
-        for name in ("active_jobs", "active_job_ids"):
-            value = body.get(name)
-            if isinstance(value, list):
-                ids.extend(value)
-            elif value is not None and not isinstance(value, int):
-                raise invalid(f"{name} must be an array of job ids")
-        visibility = body.get("visibility_timeout_ms")
-        if visibility is not None and (
-            not isinstance(visibility, int) or isinstance(visibility, bool) or visibility <= 0
-        ):
-            raise invalid("visibility_timeout_ms must be a positive integer")
-        extended = []
-        directive = _directive(body.get("state"))
-        for job_id in ids:
-            if not isinstance(job_id, str):
-                raise invalid("active job ids must be strings")
-            job = self.engine.jobs.get(job_id)
-            if job is not None and job.state is JobState.ACTIVE:
-                timeout = (
-                    visibility / 1000
-                    if visibility
-                    else job.lease_timeout or DEFAULT_VISIBILITY_MS / 1000
-                )
-                self.engine.extend_lease(job, timeout)
-                extended.append(job_id)
-                directive = max(directive, _directive(_test_directive(job)))
-        if directive > _directive(session.state.value):
-            self.engine.set_worker_state(session, _DIRECTIVES[directive])
-        return reply(
-            {
-                "state": session.state.value,
-                "jobs_extended": extended,
-                "server_time": format_time(time.time()),
-                "heartbeat_interval_ms": int(self.options.heartbeat_interval * 1000),
-            }
-        )
-
-    # ------------------------------------------------------------------ queues
-
-    async def list_queues(self, request: web.Request) -> web.Response:
-        queues = []
-        for info in self.engine.queues.values():
-            queues.append(
-                {
-                    "name": info.name,
-                    "status": "paused" if info.paused else "active",
-                    "paused": info.paused,
-                    "available": info.available,
-                }
-            )
-        return reply({"queues": queues})
+def illegal(exc: IllegalTransition) -> OJSError:
+    return OJSError("conflict", str(exc), status=409)
 
 
 async def start_http(service: OJSService, host: str, port: int) -> web.AppRunner:

@@ -50,10 +50,16 @@ def error_of(job: Job) -> dict[str, Any] | None:
     if isinstance(error, bytes):
         error = error.decode("utf-8", "replace")
     text = str(error)
-    kind = "visibility_timeout" if text == "lease expired" else "error"
-    if text == "worker lost":
-        kind = "worker_death"
+    kind = _ERROR_KINDS.get(text, "error")
     return {"type": kind, "code": kind, "message": text or kind}
+
+
+_ERROR_KINDS = {
+    "lease expired": "visibility_timeout",
+    "worker lost": "worker_death",
+    "expired": "expired",
+    "worker deregistered": "worker_deregistered",
+}
 
 
 def state_name(state: JobState) -> str:
@@ -88,13 +94,21 @@ def job_json(job: Job) -> dict[str, Any]:
         out["scheduled_at"] = format_time(job.run_at)
     if state is JobState.RETRYABLE and job.run_at is not None:
         out["next_attempt_at"] = format_time(job.run_at)
+    if ext.get("expires_at") is not None:
+        out["expires_at"] = ext.get("expires_at_text") or format_time(ext["expires_at"])
+    if ext.get("parent_results") is not None:
+        out["parent_results"] = ext["parent_results"]
+    workflow = ext.get("workflow")
+    if isinstance(workflow, dict):
+        out["workflow_id"] = workflow.get("id")
     if ext.get("retry_delay") is not None:
         out["retry_delay_ms"] = int(ext["retry_delay"] * 1000)
     if job.started_at is not None and job.attempts:
         out["started_at"] = format_time(job.started_at)
     finished = job.finished_at
     if finished is not None:
-        if state is JobState.COMPLETED or state is JobState.DISCARDED:
+        # A discarded job that never ran (expired) was not completed in any sense.
+        if state is JobState.COMPLETED or (state is JobState.DISCARDED and job.attempts):
             out["completed_at"] = format_time(finished)
         if state is JobState.DISCARDED:
             out["discarded_at"] = format_time(finished)

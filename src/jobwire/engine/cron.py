@@ -1,0 +1,247 @@
+"""Cron: named schedules that create a job each time their expression fires.
+
+`CronScheduler` keeps the registrations, arms one entry per registration on the engine's timer
+heap, and on each firing applies the overlap policy and asks its `trigger` (supplied by the
+protocol that registered it; OJS turns the stored job template into a job) to create the job.
+The template is opaque here. Registrations are written to the store's key-value API when it
+has one, so they survive a restart; after a restart each schedule continues from its next
+time after now (missed runs are not caught up).
+
+Overlap policies (when the previous run's job has not finished):
+`skip` (default) does not create a job; `allow` and `enqueue` create one anyway;
+`cancel_previous` cancels the previous job first. `skip` counts a job that is still queued as
+unfinished too, so a slow queue cannot pile up runs either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from jobwire.engine.cronexpr import CronError, CronExpression, parse, zone
+from jobwire.engine.errors import IllegalTransition
+from jobwire.engine.job import Job
+from jobwire.store.kv import KeyValueStore
+
+if TYPE_CHECKING:
+    from jobwire.engine.engine import Engine
+    from jobwire.engine.events import EventLog
+
+log = logging.getLogger("jobwire.cron")
+
+NAMESPACE = "cron"
+OVERLAP_POLICIES = ("skip", "allow", "cancel_previous", "enqueue")
+
+#: Creates the job for one firing: (entry, scheduled time) -> the job.
+Trigger = Callable[["CronEntry", float], Job]
+
+
+@dataclass(slots=True)
+class CronEntry:
+    name: str
+    expression: CronExpression
+    timezone: str
+    template: dict[str, Any]  # the protocol's description of the job to create
+    overlap_policy: str = "skip"
+    enabled: bool = True
+    description: str | None = None
+    created_at: float = 0.0
+    last_run_at: float | None = None
+    next_run_at: float | None = None
+    run_count: int = 0
+    last_job_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # protocol fields kept as sent
+
+    def record(self) -> bytes:
+        return json.dumps(
+            {
+                "name": self.name,
+                "expression": self.expression.text,
+                "timezone": self.timezone,
+                "template": self.template,
+                "overlap_policy": self.overlap_policy,
+                "enabled": self.enabled,
+                "description": self.description,
+                "created_at": self.created_at,
+                "last_run_at": self.last_run_at,
+                "run_count": self.run_count,
+                "last_job_id": self.last_job_id,
+                "extra": self.extra,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def from_record(cls, raw: bytes) -> CronEntry:
+        data = json.loads(raw)
+        return cls(
+            name=data["name"],
+            expression=parse(data["expression"]),
+            timezone=data["timezone"],
+            template=data["template"],
+            overlap_policy=data["overlap_policy"],
+            enabled=data["enabled"],
+            description=data.get("description"),
+            created_at=data["created_at"],
+            last_run_at=data.get("last_run_at"),
+            run_count=data.get("run_count", 0),
+            last_job_id=data.get("last_job_id"),
+            extra=data.get("extra") or {},
+        )
+
+
+def new_entry(
+    name: str,
+    expression: str,
+    template: dict[str, Any],
+    *,
+    timezone: str | None = None,
+    overlap_policy: str | None = None,
+    enabled: bool = True,
+    description: str | None = None,
+) -> CronEntry:
+    """Validate and build a registration; raises CronError saying what is wrong."""
+    if not name or len(name) > 255:
+        raise CronError("a cron name is 1 to 255 characters")
+    policy = overlap_policy or "skip"
+    if policy not in OVERLAP_POLICIES:
+        raise CronError(f"overlap_policy must be one of {', '.join(OVERLAP_POLICIES)}")
+    tz_name = timezone or "UTC"
+    zone(tz_name)
+    return CronEntry(
+        name=name,
+        expression=parse(expression),
+        timezone=tz_name,
+        template=template,
+        overlap_policy=policy,
+        enabled=enabled,
+        description=description,
+    )
+
+
+class CronScheduler:
+    def __init__(
+        self,
+        engine: Engine,
+        trigger: Trigger,
+        *,
+        kv: KeyValueStore | None = None,
+        events: EventLog | None = None,
+    ) -> None:
+        self.engine = engine
+        self.trigger = trigger
+        self.kv = kv
+        self.events = events
+        self._entries: dict[str, CronEntry] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def load(self) -> int:
+        """Re-register what the store kept (start-up); returns how many."""
+        if self.kv is None:
+            return 0
+        for key, raw in self.kv.kv_load(NAMESPACE).items():
+            try:
+                entry = CronEntry.from_record(raw)
+            except (CronError, KeyError, TypeError, ValueError) as exc:
+                log.error("cron registration %r cannot be restored: %s", key, exc)
+                continue
+            self._entries[entry.name] = entry
+            self._arm(entry)
+        return len(self._entries)
+
+    def register(self, entry: CronEntry) -> tuple[CronEntry, bool]:
+        """Add or replace (upsert) the registration named `entry.name`; True if new."""
+        old = self._entries.get(entry.name)
+        now = self.engine.clock()
+        if old is None:
+            entry.created_at = now
+        else:
+            entry.created_at = old.created_at
+            entry.run_count = old.run_count
+            entry.last_run_at = old.last_run_at
+            entry.last_job_id = old.last_job_id
+        self._entries[entry.name] = entry
+        self._arm(entry)
+        self._save(entry)
+        return entry, old is None
+
+    def get(self, name: str) -> CronEntry | None:
+        return self._entries.get(name)
+
+    def entries(self) -> list[CronEntry]:
+        return sorted(self._entries.values(), key=lambda entry: entry.name)
+
+    def remove(self, name: str) -> CronEntry | None:
+        entry = self._entries.pop(name, None)
+        if entry is not None:
+            entry.next_run_at = None  # its armed timer entry goes stale
+            if self.kv is not None:
+                self.kv.kv_put(NAMESPACE, name, None)
+        return entry
+
+    def set_enabled(self, name: str, enabled: bool) -> CronEntry | None:
+        entry = self._entries.get(name)
+        if entry is not None:
+            entry.enabled = enabled
+            self._arm(entry)
+            self._save(entry)
+        return entry
+
+    def clear(self) -> None:
+        """Remove every registration (an admin reset)."""
+        for name in list(self._entries):
+            self.remove(name)
+
+    # ------------------------------------------------------------------ firing
+
+    def _arm(self, entry: CronEntry) -> None:
+        if not entry.enabled:
+            entry.next_run_at = None
+            return
+        now = self.engine.clock()
+        anchor = entry.last_run_at if entry.last_run_at is not None else entry.created_at
+        when = entry.expression.next_after(now, zone(entry.timezone), anchor or None)
+        entry.next_run_at = when
+        self.engine.timers.add(when, self._fire, entry)
+
+    def _fire(self, entry: CronEntry, when: float) -> None:
+        if self._entries.get(entry.name) is not entry or entry.next_run_at != when:
+            return  # removed, replaced, disabled or re-armed since
+        try:
+            self._run(entry, when)
+        except Exception:  # a bad template must not stop the schedule
+            log.exception("cron %r could not create its job", entry.name)
+        self._arm(entry)
+        self._save(entry)
+
+    def _run(self, entry: CronEntry, when: float) -> None:
+        previous = self.engine.jobs.get(entry.last_job_id) if entry.last_job_id else None
+        unfinished = previous is not None and not previous.state.terminal
+        if unfinished and previous is not None:
+            if entry.overlap_policy == "skip":
+                self._note("cron.skipped", entry, when, existing_job_id=previous.id)
+                return
+            if entry.overlap_policy == "cancel_previous":
+                with contextlib.suppress(IllegalTransition):
+                    self.engine.cancel(previous)
+        job = self.trigger(entry, when)
+        entry.last_job_id = job.id
+        entry.last_run_at = when
+        entry.run_count += 1
+        self._note("cron.triggered", entry, when, job_id=job.id, job_type=job.function)
+
+    def _note(self, event: str, entry: CronEntry, when: float, **data: Any) -> None:
+        if self.events is not None:
+            data.update(cron_name=entry.name, cron_expr=entry.expression.text, scheduled_at=when)
+            queue = entry.template.get("queue") if isinstance(entry.template, dict) else None
+            self.events.record(event, entry.name, queue if isinstance(queue, str) else None, data)
+
+    def _save(self, entry: CronEntry) -> None:
+        if self.kv is not None and self._entries.get(entry.name) is entry:
+            self.kv.kv_put(NAMESPACE, entry.name, entry.record())

@@ -1,0 +1,54 @@
+"""`jobwire worker-state ID quiet|terminate|running`: an operator directs an OJS worker.
+
+It calls the server's HTTP admin endpoint `POST /ojs/v1/admin/workers/{id}/state`; the
+worker learns its new state from its next heartbeat reply.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+
+import click
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+def set_worker_state(
+    url: str, worker_id: str, state: str, timeout: float = 10.0
+) -> dict[str, object]:
+    """POST the state; returns the reply's worker object; raises click.ClickException."""
+    path = f"/ojs/v1/admin/workers/{urllib.parse.quote(worker_id, safe='')}/state"
+    request = urllib.request.Request(
+        url.rstrip("/") + path,
+        data=json.dumps({"state": state}).encode(),
+        headers={"Content-Type": "application/openjobspec+json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.loads(exc.read())["error"]["message"]
+        except (ValueError, KeyError, TypeError):
+            message = exc.reason
+        raise click.ClickException(f"{exc.code}: {message}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise click.ClickException(f"cannot reach {url}: {exc}") from None
+    worker: dict[str, object] = body.get("worker", {})
+    return worker
+
+
+@click.command("worker-state")
+@click.argument("worker_id")
+@click.argument("state", type=click.Choice(["quiet", "terminate", "running"]))
+@click.option(
+    "--url", default=DEFAULT_URL, show_default=True, help="The jobwire server's HTTP address."
+)
+def worker_state_command(worker_id: str, state: str, url: str) -> None:
+    """Tell OJS worker WORKER_ID to go quiet, terminate, or run again (after quiet)."""
+    worker = set_worker_state(url, worker_id, state)
+    click.echo(f"{worker.get('worker_id', worker_id)}: {worker.get('state', state)}")

@@ -1,0 +1,48 @@
+"""Operator routes: a worker's lifecycle state, and the test runners' reset.
+
+`POST /ojs/v1/admin/workers/{worker_id}/state {"state": "quiet" | "terminate" | "running"}`
+sets what the worker's next heartbeat reply tells it (and a quiet or terminating worker's
+fetches get no jobs); `jobwire worker-state ID STATE` calls it. A terminated worker cannot be
+brought back; `running` undoes only `quiet`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from jobwire.engine.worker import WorkerState
+from jobwire.protocols.ojs.errors import OJSError, invalid
+from jobwire.server.ojs.http import BASE, read_object, reply
+from jobwire.server.ojs.workers import worker_json
+
+if TYPE_CHECKING:
+    from jobwire.server.ojs.app import OJSService
+
+OPERATOR_STATES = ("running", "quiet", "terminate")
+
+
+def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
+    async def set_state(request: web.Request) -> web.Response:
+        worker_id = request.match_info["worker_id"]
+        body = await read_object(request)
+        state = body.get("state")
+        if state not in OPERATOR_STATES:
+            raise invalid(f"state must be one of {', '.join(OPERATOR_STATES)}")
+        session = service.workers.get(worker_id)
+        if session is None or session.state is WorkerState.TERMINATED:
+            raise OJSError("not_found", f"no live worker {worker_id!r}")
+        if session.state is WorkerState.TERMINATE and state != "terminate":
+            raise OJSError("conflict", "a terminating worker cannot be resumed", status=409)
+        service.engine.set_worker_state(session, WorkerState(state))
+        return reply({"worker": worker_json(session)})
+
+    async def reset(request: web.Request) -> web.Response:
+        service.reset()
+        await service.durable()
+        return reply({"ok": True})
+
+    router.add_post(BASE + "/admin/workers/{worker_id}/state", set_state)
+    if service.options.allow_reset:
+        router.add_post(BASE + "/admin/reset", reset)

@@ -1,0 +1,140 @@
+"""Cron routes: register (upsert), list, get, enable/disable, delete.
+
+Accepted bodies: the conformance suite's `{name, expression, job_template: {type, args,
+options}}` and the cron spec's `{name, cron, type, args, options}`; both may add `timezone`,
+`overlap_policy`, `enabled`, `description`. The job template is validated as a PUSH at
+registration, so a schedule never fires a job that cannot be created. Replies carry the
+entry under `cron` and `cron_job` (lists under `crons` and `cron_jobs`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from jobwire.engine.cron import CronEntry, new_entry
+from jobwire.engine.cronexpr import CronError
+from jobwire.protocols.ojs.envelope import parse_push
+from jobwire.protocols.ojs.errors import OJSError, invalid
+from jobwire.protocols.ojs.times import format_time
+from jobwire.server.ojs.http import BASE, optional_str, read_object, reply, str_field
+
+if TYPE_CHECKING:
+    from jobwire.server.ojs.app import OJSService
+
+
+def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
+    routes = CronRoutes(service)
+    router.add_post(BASE + "/cron", routes.register)
+    router.add_get(BASE + "/cron", routes.list_entries)
+    router.add_get(BASE + "/cron/{name}", routes.get)
+    router.add_patch(BASE + "/cron/{name}", routes.toggle)
+    router.add_delete(BASE + "/cron/{name}", routes.delete)
+
+
+def cron_json(entry: CronEntry) -> dict[str, Any]:
+    template = entry.template
+    options = template.get("options") or {}
+    return {
+        "name": entry.name,
+        "expression": entry.expression.text,
+        "cron": entry.expression.text,
+        "timezone": entry.timezone,
+        "overlap_policy": entry.overlap_policy,
+        "enabled": entry.enabled,
+        "description": entry.description,
+        "job_template": template,
+        "type": template.get("type"),
+        "args": template.get("args"),
+        "options": options,
+        "queue": options.get("queue", "default") if isinstance(options, dict) else "default",
+        "last_run_at": format_time(entry.last_run_at) if entry.last_run_at else None,
+        "next_run_at": format_time(entry.next_run_at) if entry.next_run_at else None,
+        "run_count": entry.run_count,
+        "last_job_id": entry.last_job_id,
+        "created_at": format_time(entry.created_at),
+    }
+
+
+def _template(body: dict[str, Any]) -> dict[str, Any]:
+    raw = body.get("job_template")
+    if raw is None:
+        raw = {k: body[k] for k in ("type", "args", "options", "meta") if k in body}
+    if not isinstance(raw, dict):
+        raise invalid("job_template must be a job object {type, args, options?}")
+    template = {k: v for k, v in raw.items() if k != "id"}  # each run gets its own id
+    template.setdefault("args", [])
+    try:
+        parse_push(template)
+    except OJSError as exc:
+        raise invalid(f"job_template: {exc.message}", status=exc.status) from None
+    return template
+
+
+class CronRoutes:
+    def __init__(self, service: OJSService) -> None:
+        self.service = service
+        self.cron = service.cron
+
+    def _entry(self, request: web.Request) -> CronEntry:
+        name = request.match_info["name"]
+        entry = self.cron.get(name)
+        if entry is None:
+            raise OJSError("not_found", f"no cron registration named {name!r}")
+        return entry
+
+    async def register(self, request: web.Request) -> web.Response:
+        body = await read_object(request)
+        name = str_field(body, "name")
+        expression = body.get("expression", body.get("cron"))
+        if not isinstance(expression, str):
+            raise invalid("expression (or cron) is required and must be a string")
+        enabled = body.get("enabled", True)
+        if not isinstance(enabled, bool):
+            raise invalid("enabled must be a boolean")
+        try:
+            entry = new_entry(
+                name,
+                expression,
+                _template(body),
+                timezone=optional_str(body, "timezone"),
+                overlap_policy=optional_str(body, "overlap_policy"),
+                enabled=enabled,
+                description=optional_str(body, "description"),
+            )
+        except CronError as exc:
+            raise invalid(str(exc)) from None
+        entry, created = self.cron.register(entry)
+        await self.service.durable()
+        rendered = cron_json(entry)
+        return reply({"cron": rendered, "cron_job": rendered}, 201 if created else 200)
+
+    async def list_entries(self, request: web.Request) -> web.Response:
+        entries = [cron_json(entry) for entry in self.cron.entries()]
+        enabled = request.query.get("enabled")
+        if enabled in ("true", "false"):
+            entries = [e for e in entries if e["enabled"] == (enabled == "true")]
+        return reply({"crons": entries, "cron_jobs": entries, "count": len(entries)})
+
+    async def get(self, request: web.Request) -> web.Response:
+        rendered = cron_json(self._entry(request))
+        return reply({"cron": rendered, "cron_job": rendered})
+
+    async def toggle(self, request: web.Request) -> web.Response:
+        entry = self._entry(request)
+        body = await read_object(request)
+        enabled = body.get("enabled")
+        if not isinstance(enabled, bool):
+            raise invalid("enabled is required and must be a boolean")
+        self.cron.set_enabled(entry.name, enabled)
+        await self.service.durable()
+        rendered = cron_json(entry)
+        return reply({"cron": rendered, "cron_job": rendered})
+
+    async def delete(self, request: web.Request) -> web.Response:
+        entry = self._entry(request)
+        self.cron.remove(entry.name)
+        await self.service.durable()
+        rendered = cron_json(entry)
+        return reply({"deleted": True, "name": entry.name, "cron": rendered})

@@ -1,0 +1,124 @@
+"""HTTP plumbing of the OJS binding: replies, the error middleware, request body and query
+parsing. Every failure leaves as an OJS error body; nothing here knows the engine."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from jobwire.protocols.ojs.envelope import SPEC_VERSION
+from jobwire.protocols.ojs.errors import OJSError, error_body, invalid
+from jobwire.protocols.ojs.ids import uuid7
+
+log = logging.getLogger("jobwire.ojs")
+
+CONTENT_TYPE = "application/openjobspec+json"
+BASE = "/ojs/v1"
+
+
+def reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=orjson.dumps(body), status=status, content_type=CONTENT_TYPE, headers=headers
+    )
+
+
+def _http_error_code(status: int) -> str:
+    return {
+        404: "not_found",
+        405: "method_not_allowed",
+        413: "payload_too_large",
+    }.get(status, "invalid_request" if status < 500 else "backend_error")
+
+
+@web.middleware
+async def ojs_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every reply gets the OJS headers; every failure becomes an OJS error body."""
+    request_id = request.headers.get("X-Request-Id") or f"req_{uuid7()}"
+    try:
+        response: web.StreamResponse = await handler(request)
+    except OJSError as exc:
+        response = reply(error_body(exc, request_id), exc.status)
+    except web.HTTPException as exc:
+        code = _http_error_code(exc.status)
+        error = OJSError(code, exc.reason or code, status=exc.status)
+        response = reply(error_body(error, request_id), exc.status)
+        if exc.status == 405 and "Allow" in exc.headers:
+            response.headers["Allow"] = exc.headers["Allow"]
+    except Exception:
+        log.exception("OJS request %s %s failed", request.method, request.path)
+        error = OJSError("backend_error", "internal error", status=500, retryable=True)
+        response = reply(error_body(error, request_id), 500)
+    response.headers["OJS-Version"] = SPEC_VERSION
+    response.headers["X-Request-Id"] = request_id
+    return response
+
+
+async def read_json(request: web.Request, *, required: bool = True) -> Any:
+    raw = await request.read()
+    if not raw.strip():
+        if required:
+            raise OJSError("invalid_payload", "request body is empty; send a JSON object")
+        return {}
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise OJSError("invalid_payload", f"malformed JSON: {exc}") from None
+
+
+async def read_object(request: web.Request, *, required: bool = True) -> dict[str, Any]:
+    body = await read_json(request, required=required)
+    if not isinstance(body, dict):
+        raise OJSError("invalid_payload", "request body must be a JSON object")
+    return body
+
+
+def str_field(body: dict[str, Any], name: str) -> str:
+    value = body.get(name)
+    if not isinstance(value, str) or not value:
+        raise invalid(f"{name} is required and must be a non-empty string")
+    return value
+
+
+def optional_str(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise invalid(f"{name} must be a string")
+    return value
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def positive_int(body: dict[str, Any], name: str, default: int | None = None) -> int | None:
+    value = body.get(name, default)
+    if value is None:
+        return None
+    if not is_int(value) or value <= 0:
+        raise invalid(f"{name} must be a positive integer")
+    result: int = value
+    return result
+
+
+def query_int(request: web.Request, name: str, default: int, *, low: int, high: int) -> int:
+    raw = request.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise invalid(f"query parameter {name} must be an integer") from None
+    if not low <= value <= high:
+        raise invalid(f"query parameter {name} must be in [{low}, {high}]")
+    return value
+
+
+def query_list(request: web.Request, name: str) -> list[str]:
+    """`?name=a,b&name=c` -> [a, b, c]."""
+    out: list[str] = []
+    for raw in request.query.getall(name, []):
+        out.extend(part for part in raw.split(",") if part)
+    return out

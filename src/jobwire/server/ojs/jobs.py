@@ -1,0 +1,116 @@
+"""Job routes: PUSH (one, or a batch all-or-nothing), INFO, CANCEL, ACTIVATE."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from jobwire.engine.errors import IllegalTransition
+from jobwire.protocols.ojs.envelope import parse_push
+from jobwire.protocols.ojs.errors import OJSError, invalid
+from jobwire.server.ojs.app import Prepared, illegal
+from jobwire.server.ojs.http import BASE, read_json, read_object, reply
+from jobwire.server.ojs.render import job_json
+
+if TYPE_CHECKING:
+    from jobwire.server.ojs.app import OJSService
+
+MAX_BATCH = 10_000
+
+
+def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
+    routes = JobRoutes(service)
+    router.add_post(BASE + "/jobs", routes.push)
+    router.add_post(BASE + "/jobs/batch", routes.push_batch)
+    router.add_get(BASE + "/jobs/{id}", routes.get)
+    router.add_delete(BASE + "/jobs/{id}", routes.cancel)
+    router.add_post(BASE + "/jobs/{id}/activate", routes.activate)
+
+
+class JobRoutes:
+    def __init__(self, service: OJSService) -> None:
+        self.service = service
+
+    async def push(self, request: web.Request) -> web.Response:
+        req = parse_push(await read_json(request))
+        job, created = self.service.submit(req)
+        await self.service.durable()
+        if not created:  # unique conflict with on_conflict=ignore: the existing job
+            return reply({"job": job_json(job), "duplicate": True})
+        return reply({"job": job_json(job)}, 201, {"Location": f"{BASE}/jobs/{job.id}"})
+
+    async def push_batch(self, request: web.Request) -> web.Response:
+        """Every job is validated and checked before any is created: all or nothing."""
+        body = await read_object(request)
+        raw_jobs = body.get("jobs")
+        if not isinstance(raw_jobs, list) or not raw_jobs:
+            raise invalid("jobs must be a non-empty array of jobs")
+        if len(raw_jobs) > MAX_BATCH:
+            raise invalid(f"a batch holds at most {MAX_BATCH} jobs")
+        plans: list[Prepared] = []
+        ids: set[str] = set()
+        keys: set[str] = set()
+        for index, raw in enumerate(raw_jobs):
+            try:
+                plan = self.service.prepare(parse_push(raw))
+                _check_within_batch(plan, ids, keys)
+            except OJSError as exc:
+                raise OJSError(
+                    exc.code,
+                    f"jobs[{index}]: {exc.message}; no job of the batch was created",
+                    status=exc.status,
+                    details={"index": index, **(exc.details or {})},
+                ) from None
+            plans.append(plan)
+        created = []
+        try:
+            for plan in plans:
+                created.append(self.service.commit(plan))
+        except OJSError:
+            for job, is_new in created:  # undo, so the batch stays all or nothing
+                if is_new and not job.state.terminal:
+                    self.service.engine.cancel(job)
+                    self.service.engine.forget(job)
+            raise
+        await self.service.durable()
+        jobs = [job_json(job) for job, _ in created]
+        return reply({"jobs": jobs, "count": len(jobs)}, 201)
+
+    async def get(self, request: web.Request) -> web.Response:
+        return reply({"job": job_json(self.service.job(request.match_info["id"]))})
+
+    async def cancel(self, request: web.Request) -> web.Response:
+        job = self.service.job(request.match_info["id"])
+        try:
+            self.service.engine.cancel(job)
+        except IllegalTransition as exc:
+            raise illegal(exc) from None
+        await self.service.durable()
+        return reply({"job": job_json(job)})
+
+    async def activate(self, request: web.Request) -> web.Response:
+        job = self.service.job(request.match_info["id"])
+        try:
+            self.service.engine.activate(job)
+        except IllegalTransition as exc:
+            raise illegal(exc) from None
+        await self.service.durable()
+        return reply({"job": job_json(job)})
+
+
+def _check_within_batch(plan: Prepared, ids: set[str], keys: set[str]) -> None:
+    """Two jobs of one batch must not collide with each other either."""
+    job_id = plan.req.id
+    if job_id is not None:
+        if job_id in ids:
+            raise OJSError("duplicate", f"the id {job_id} appears twice in the batch")
+        ids.add(job_id)
+    key = plan.unique_key
+    if key is not None and plan.policy is not None and plan.existing is None:
+        if key in keys and plan.policy.on_conflict == "reject":
+            raise OJSError("duplicate", "two jobs of the batch have the same unique key")
+        keys.add(key)
+
+
+__all__: list[Any] = ["add_routes"]

@@ -1,0 +1,88 @@
+"""Queue routes: list, per-state stats, pause and resume.
+
+A paused queue still accepts jobs (the conformance suite expects 201) but hands none out to
+fetches until it is resumed. Pausing is per OJS queue: Gearman workers, which take jobs by
+function, are not held back by it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from jobwire.engine.engine import QueueInfo
+from jobwire.protocols.ojs.envelope import check_queue
+from jobwire.server.ojs.http import BASE, reply
+
+if TYPE_CHECKING:
+    from jobwire.server.ojs.app import OJSService
+
+STATES = (
+    "scheduled",
+    "pending",
+    "available",
+    "active",
+    "retryable",
+    "completed",
+    "cancelled",
+    "discarded",
+)
+
+
+def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
+    routes = QueueRoutes(service)
+    router.add_get(BASE + "/queues", routes.list_queues)
+    router.add_get(BASE + "/queues/{name}/stats", routes.stats)
+    router.add_post(BASE + "/queues/{name}/pause", routes.pause)
+    router.add_post(BASE + "/queues/{name}/resume", routes.resume)
+
+
+class QueueRoutes:
+    def __init__(self, service: OJSService) -> None:
+        self.service = service
+        self.engine = service.engine
+
+    def _queue(self, request: web.Request) -> QueueInfo:
+        return self.engine.queue(check_queue(request.match_info["name"]))
+
+    def _summary(self, info: QueueInfo) -> dict[str, Any]:
+        return {
+            "name": info.name,
+            "status": "paused" if info.paused else "active",
+            "paused": info.paused,
+            "available": info.available,
+            "rate_limit": self.service.rate_limits.limit(info.name),
+        }
+
+    async def list_queues(self, request: web.Request) -> web.Response:
+        queues = [self._summary(info) for info in self.engine.queues.values()]
+        return reply({"queues": queues, "count": len(queues)})
+
+    async def stats(self, request: web.Request) -> web.Response:
+        """Jobs of the queue by state; finished ones while they are retained.
+
+        Counting walks the jobs the engine knows: an operator's query, not a hot path.
+        """
+        info = self._queue(request)
+        counts: Counter[str] = Counter()
+        for job in self.engine.jobs.values():
+            if job.queue == info.name:
+                counts[job.state.name.lower()] += 1
+        out = self._summary(info)
+        out.update({state: counts[state] for state in STATES})
+        out["available"] = info.available
+        out["dead_letter"] = len(self.service.dead_letter.jobs(info.name))
+        out["total"] = sum(counts.values())
+        return reply({"queue": out, "stats": out})
+
+    async def pause(self, request: web.Request) -> web.Response:
+        info = self._queue(request)
+        info.paused = True
+        return reply({"queue": self._summary(info)})
+
+    async def resume(self, request: web.Request) -> web.Response:
+        info = self._queue(request)
+        info.paused = False
+        return reply({"queue": self._summary(info)})

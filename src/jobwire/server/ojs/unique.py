@@ -1,0 +1,40 @@
+"""The unique-job index: fingerprint -> the job holding it, and until when.
+
+A later PUSH with the same fingerprint conflicts while that job exists in one of the
+policy's states and, for a policy with a `period`, the period since its enqueue has not run
+out. The index is rebuilt from restored jobs' `ext` after a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from jobwire.engine.job import Job
+from jobwire.protocols.ojs.unique import UniquePolicy
+
+
+class UniqueIndex:
+    def __init__(self) -> None:
+        self._holders: dict[str, tuple[str, float | None]] = {}  # key -> (job id, until)
+
+    def add(self, key: str, job: Job, until: float | None) -> None:
+        self._holders[key] = (job.id, until)
+
+    def conflict(
+        self, key: str, policy: UniquePolicy, now: float, jobs: Mapping[str, Job]
+    ) -> Job | None:
+        """The job a new PUSH with `key` would duplicate, or None."""
+        held = self._holders.get(key)
+        if held is None:
+            return None
+        job_id, until = held
+        job = jobs.get(job_id)
+        if job is None or (until is not None and now >= until):
+            del self._holders[key]
+            return None
+        if job.state.name.lower() not in policy.states:
+            return None
+        return job
+
+    def clear(self) -> None:
+        self._holders.clear()

@@ -1,0 +1,361 @@
+"""Worker routes: FETCH, ACK, FAIL (nack), BEAT (heartbeat), and registration.
+
+Registration (`POST /ojs/v1/workers/register`, `/deregister`) is a jobwire extension: the
+HTTP binding defines none, the worker protocol describes one. A registered worker gets its
+concurrency enforced by the server (a fetch never leaves it holding more), its declared
+queues as the default for fetches, and dead-worker recovery: once it has registered or sent a
+heartbeat, missing heartbeats for `heartbeat_timeout` seconds puts its jobs back in their
+queues (the attempt counts). Workers that only fetch are never declared dead; their jobs
+return through the visibility timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+from jobwire.engine.errors import EngineError, IllegalTransition
+from jobwire.engine.job import Job, JobState
+from jobwire.engine.worker import WorkerSession, WorkerState
+from jobwire.protocols.ojs.envelope import check_queue
+from jobwire.protocols.ojs.errors import OJSError, classify_error, invalid
+from jobwire.protocols.ojs.ids import uuid7
+from jobwire.protocols.ojs.times import format_time
+from jobwire.server.ojs.app import MAX_FETCH, retry_policy
+from jobwire.server.ojs.http import (
+    BASE,
+    is_int,
+    optional_str,
+    positive_int,
+    read_object,
+    reply,
+    str_field,
+)
+from jobwire.server.ojs.render import job_json
+
+if TYPE_CHECKING:
+    from jobwire.server.ojs.app import OJSService
+
+DEFAULT_CONCURRENCY = 10
+_DIRECTIVES = [WorkerState.RUNNING, WorkerState.QUIET, WorkerState.TERMINATE]
+
+
+def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
+    routes = WorkerRoutes(service)
+    router.add_post(BASE + "/workers/fetch", routes.fetch)
+    router.add_post(BASE + "/workers/ack", routes.ack)
+    router.add_post(BASE + "/workers/nack", routes.nack)
+    router.add_post(BASE + "/workers/heartbeat", routes.heartbeat)
+    router.add_post(BASE + "/workers/register", routes.register)
+    router.add_post(BASE + "/workers/deregister", routes.deregister)
+    router.add_get(BASE + "/workers", routes.list_workers)
+
+
+def rank(state: Any) -> int:
+    """Rank of a worker state; the server only ever moves a worker forward."""
+    for position, candidate in enumerate(_DIRECTIVES):
+        if state == candidate.value:
+            return position
+    return 0
+
+
+def _test_directive(job: Job) -> Any:
+    """The conformance suite's hook: `options.metadata.test_directive` names a worker state."""
+    options = (job.ext or {}).get("options") or {}
+    metadata = options.get("metadata")
+    return metadata.get("test_directive") if isinstance(metadata, dict) else None
+
+
+def worker_json(session: WorkerSession) -> dict[str, Any]:
+    info = session.info
+    return {
+        "worker_id": session.name,
+        "state": session.state.value,
+        "hostname": info.get("hostname"),
+        "pid": info.get("pid"),
+        "queues": sorted(session.queues) if session.queues is not None else None,
+        "concurrency": session.capacity,
+        "labels": info.get("labels") or [],
+        "registered": bool(info.get("registered")),
+        "active_jobs": sorted(session.jobs),
+        "last_heartbeat_at": format_time(session.last_seen) if session.last_seen else None,
+    }
+
+
+class WorkerRoutes:
+    def __init__(self, service: OJSService) -> None:
+        self.service = service
+        self.engine = service.engine
+
+    # ------------------------------------------------------------------ registration
+
+    async def register(self, request: web.Request) -> web.Response:
+        body = await read_object(request)
+        worker_id = optional_str(body, "worker_id") or uuid7()
+        queues = body.get("queues")
+        if queues is not None and (not isinstance(queues, list) or not queues):
+            raise invalid("queues must be a non-empty array of queue names")
+        names = [check_queue(q) for q in queues] if queues is not None else None
+        concurrency = positive_int(body, "concurrency", DEFAULT_CONCURRENCY)
+        labels = body.get("labels")
+        if labels is not None and (
+            not isinstance(labels, list) or not all(isinstance(x, str) for x in labels)
+        ):
+            raise invalid("labels must be an array of strings")
+        hostname = optional_str(body, "hostname")
+        pid = body.get("pid")
+        if pid is not None and not is_int(pid):
+            raise invalid("pid must be an integer")
+        session = self.service.worker(worker_id)
+        session.capacity = concurrency
+        session.queues = frozenset(names) if names is not None else None
+        session.info.update(registered=True, hostname=hostname, pid=pid, labels=labels or [])
+        self.service.liveness.beat(session)
+        options = self.service.options
+        return reply(
+            {
+                "ok": True,
+                "worker_id": worker_id,
+                "state": session.state.value,
+                "server_time": format_time(time.time()),
+                "heartbeat_interval": options.heartbeat_interval,
+                "heartbeat_timeout": options.heartbeat_timeout,
+                "visibility_timeout_default": options.visibility_timeout,
+                "worker": worker_json(session),
+            }
+        )
+
+    async def deregister(self, request: web.Request) -> web.Response:
+        body = await read_object(request)
+        worker_id = str_field(body, "worker_id")
+        session = self.service.workers.get(worker_id)
+        if session is None or session.state is WorkerState.TERMINATED:
+            raise OJSError("not_found", f"worker {worker_id} is not registered")
+        requeued = sorted(session.jobs)
+        self.service.liveness.forget(session)
+        self.engine.remove_worker(session, "worker deregistered")
+        await self.service.durable()
+        return reply(
+            {
+                "ok": True,
+                "worker_id": worker_id,
+                "state": WorkerState.TERMINATED.value,
+                "jobs_requeued": requeued,
+            }
+        )
+
+    async def list_workers(self, request: web.Request) -> web.Response:
+        sessions = [s for s in self.service.workers.values()]
+        return reply({"workers": [worker_json(s) for s in sessions], "count": len(sessions)})
+
+    # ------------------------------------------------------------------ fetch
+
+    async def fetch(self, request: web.Request) -> web.Response:
+        body = await read_object(request)
+        worker_id = optional_str(body, "worker_id")
+        session = self.service.worker(worker_id)
+        queues = body.get("queues")
+        if queues is None:
+            queues = sorted(session.queues) if session.queues else ["default"]
+        if not isinstance(queues, list) or not queues:
+            raise invalid("queues must be a non-empty array of queue names")
+        names = [check_queue(q) for q in queues]
+        count = body.get("count", 1)
+        if not is_int(count) or not 1 <= count <= MAX_FETCH:
+            raise invalid(f"count must be an integer in [1, {MAX_FETCH}]")
+        lease = positive_int(body, "visibility_timeout_ms")
+        if session.state is not WorkerState.RUNNING:
+            return reply({"jobs": []})
+        jobs = self._lease(names, count, session, lease / 1000 if lease else None)
+        await self.service.durable()
+        rendered = [job_json(job) for job in jobs]
+        out: dict[str, Any] = {"jobs": rendered}
+        if rendered:
+            out["job"] = rendered[0]
+        return reply(out)
+
+    def _lease(
+        self, queues: list[str], count: int, session: WorkerSession, lease: float | None
+    ) -> list[Job]:
+        """Up to `count` jobs, queues in order, within each queue's rate limit."""
+        engine, limits = self.engine, self.service.rate_limits
+        now = engine.clock()
+        jobs: list[Job] = []
+        for name in queues:
+            wanted = count - len(jobs)
+            if wanted <= 0:
+                break
+            allowance = limits.allowance(name, now)
+            if allowance is not None:
+                wanted = min(wanted, allowance)
+            if wanted <= 0:
+                continue
+            got = engine.fetch([name], wanted, worker=session, lease_timeout=lease)
+            limits.taken(name, len(got), now)
+            jobs.extend(got)
+        default = self.service.options.visibility_timeout
+        for job in jobs:
+            lease_for = job.lease_deadline - now if job.lease_deadline else default
+            timeout = (job.ext or {}).get("timeout")
+            if timeout:  # an execution timeout also ends the lease
+                lease_for = min(lease_for, timeout)
+            engine.extend_lease(job, lease_for)
+        return jobs
+
+    # ------------------------------------------------------------------ ack / nack
+
+    def _active_job(self, body: dict[str, Any]) -> Job:
+        job = self.service.job(str_field(body, "job_id"))
+        if job.state is not JobState.ACTIVE:
+            raise OJSError(
+                "conflict", f"job {job.id} is {job.state.name.lower()}, not active", status=409
+            )
+        return job
+
+    async def ack(self, request: web.Request) -> web.Response:
+        body = await read_object(request)
+        job = self._active_job(body)
+        result = body.get("result")
+        if job.ext is None:
+            job.ext = {}
+        if result is not None:
+            job.ext["result"] = result  # before completing: observers (workflows) read it
+        try:
+            self.engine.complete(job, orjson.dumps(result) if result is not None else b"")
+        except EngineError as exc:
+            raise OJSError("conflict", str(exc), status=409) from None
+        await self.service.durable()
+        assert job.finished_at is not None
+        return reply(
+            {
+                "acknowledged": True,
+                "id": job.id,
+                "job_id": job.id,
+                "state": "completed",
+                "completed_at": format_time(job.finished_at),
+                "job": job_json(job),
+            }
+        )
+
+    async def nack(self, request: web.Request) -> web.Response:
+        body = await read_object(request)
+        job = self._active_job(body)
+        error, retryable = self._error(job, body)
+        requeue = body.get("requeue", False)
+        if not isinstance(requeue, bool):
+            raise invalid("requeue must be a boolean")
+        ext = job.ext if job.ext is not None else {}
+        job.ext = ext
+        ext.setdefault("errors", []).append(error)
+        # A requeue (a worker releasing the job, e.g. on terminate) goes back at once.
+        ext["nack_pending"] = not requeue
+        try:
+            self.engine.fail(job, error["message"], retry=retryable or requeue)
+        except IllegalTransition as exc:
+            raise OJSError("conflict", str(exc), status=409) from None
+        finally:
+            ext.pop("nack_pending", None)
+        job.error = error
+        await self.service.durable()
+        return reply(_nack_reply(job))
+
+    def _error(self, job: Job, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The error entry for the job's history, and whether it may be retried."""
+        raw = body.get("error", {})
+        if not isinstance(raw, dict):
+            raise invalid("error must be an object {code, message, retryable?, details?}")
+        code = raw.get("code", "handler_error")
+        message = raw.get("message", "")
+        kind = raw.get("type")
+        if not isinstance(code, str) or not isinstance(message, str):
+            raise invalid("error.code and error.message must be strings")
+        if kind is not None and not isinstance(kind, str):
+            raise invalid("error.type must be a string")
+        retryable = raw.get("retryable", True)
+        if not isinstance(retryable, bool):
+            raise invalid("error.retryable must be a boolean")
+        details = raw.get("details")
+        error_class = details.get("error_class") if isinstance(details, dict) else None
+        if not isinstance(error_class, str):
+            error_class = None
+        policy = retry_policy(job)
+        if policy is not None and (
+            policy.is_non_retryable(code) or policy.is_non_retryable(error_class)
+        ):
+            retryable = False
+        error: dict[str, Any] = {
+            "type": kind or error_class or classify_error(message),
+            "code": code,
+            "message": message or code,
+            "retryable": retryable,
+            "attempt": job.attempts,
+            "occurred_at": format_time(time.time()),
+        }
+        if details is not None:
+            error["details"] = details
+        return error, retryable
+
+    # ------------------------------------------------------------------ heartbeat
+
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        body = await read_object(request)
+        worker_id = str_field(body, "worker_id")
+        session = self.service.worker(worker_id)
+        ids: list[Any] = []
+        for name in ("active_jobs", "active_job_ids"):
+            value = body.get(name)
+            if isinstance(value, list):
+                ids.extend(value)
+            elif value is not None and not is_int(value):
+                raise invalid(f"{name} must be an array of job ids")
+        if not all(isinstance(job_id, str) for job_id in ids):
+            raise invalid("active job ids must be strings")
+        visibility = positive_int(body, "visibility_timeout_ms")
+        self.service.liveness.beat(session)
+        session.info["active_job_ids"] = ids
+        extended = []
+        directive = rank(body.get("state"))
+        default = self.service.options.visibility_timeout
+        for job_id in ids:
+            job = self.engine.jobs.get(job_id)
+            if job is not None and job.state is JobState.ACTIVE:
+                timeout = visibility / 1000 if visibility else job.lease_timeout or default
+                self.engine.extend_lease(job, timeout)
+                extended.append(job_id)
+                directive = max(directive, rank(_test_directive(job)))
+        if directive > rank(session.state.value):
+            self.engine.set_worker_state(session, _DIRECTIVES[directive])
+        return reply(
+            {
+                "state": session.state.value,
+                "jobs_extended": extended,
+                "server_time": format_time(time.time()),
+                "heartbeat_interval_ms": int(self.service.options.heartbeat_interval * 1000),
+                "visibility_timeout": int(visibility / 1000 if visibility else default),
+            }
+        )
+
+
+def _nack_reply(job: Job) -> dict[str, Any]:
+    rendered = job_json(job)
+    out: dict[str, Any] = {
+        "id": job.id,
+        "job_id": job.id,
+        "state": rendered["state"],
+        "attempt": job.attempts,
+        "max_attempts": rendered["max_attempts"],
+    }
+    if job.state is JobState.RETRYABLE and job.run_at is not None:
+        out["next_attempt_at"] = format_time(job.run_at)
+    if job.state is JobState.AVAILABLE:
+        out["next_attempt_at"] = format_time(time.time())
+    ext = job.ext or {}
+    if ext.get("retry_delay") is not None and not job.state.terminal:
+        out["retry_delay_ms"] = int(ext["retry_delay"] * 1000)
+    if job.state is JobState.DISCARDED and job.finished_at is not None:
+        out["discarded_at"] = out["completed_at"] = format_time(job.finished_at)
+    out["job"] = rendered
+    return out

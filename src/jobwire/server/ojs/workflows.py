@@ -1,0 +1,304 @@
+"""Workflows: chain (one step after another), group (all at once), batch (a group with
+callbacks), on top of ordinary jobs.
+
+A workflow record knows its steps (PUSH bodies) and the job created for each; each job
+carries `ext["workflow"] = {"id", "step"}`. The service watches finished jobs (an engine
+observer) and moves the workflow on in the same engine turn, so the next step is committed
+together with the ACK that finished the previous one:
+
+- chain: step N+1 is created when step N completes, with `parent_results` = [step N's
+  result]; a step that is discarded fails the chain, one that is cancelled cancels it, and
+  later steps are never created.
+- group / batch: every job is created at once; when all have finished the workflow is
+  `completed` (all completed) or `failed`. A batch then creates its callbacks: `on_complete`
+  always, `on_success` when all completed, `on_failure` when any failed; callbacks get the
+  steps' results as `parent_results`.
+
+Records are written to the store's key-value API (when it has one) on every change, so
+workflows survive a restart with the durable store; finished ones are dropped after the
+engine's finished-job retention.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from jobwire.engine.errors import IllegalTransition
+from jobwire.engine.job import Job, JobState
+from jobwire.protocols.ojs.envelope import parse_push
+from jobwire.protocols.ojs.errors import OJSError
+from jobwire.protocols.ojs.ids import uuid7
+from jobwire.protocols.ojs.times import format_time
+from jobwire.protocols.ojs.workflow import WorkflowRequest, parse_workflow
+from jobwire.server.ojs.http import BASE, read_json, reply
+from jobwire.server.ojs.render import result_of
+from jobwire.store.kv import KeyValueStore
+
+if TYPE_CHECKING:
+    from jobwire.server.ojs.app import OJSService
+
+log = logging.getLogger("jobwire.ojs.workflows")
+
+NAMESPACE = "workflow"
+RUNNING, COMPLETED, FAILED, CANCELLED = "running", "completed", "failed", "cancelled"
+_FINISHED = {"job.completed", "job.discarded", "job.cancelled"}
+#: Seconds a finished workflow stays visible when the engine retains nothing.
+DEFAULT_RETENTION = 3600.0
+
+
+@dataclass(slots=True)
+class Workflow:
+    id: str
+    type: str
+    name: str | None
+    steps: list[dict[str, Any]]
+    callbacks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    job_ids: list[str | None] = field(default_factory=list)
+    outcomes: list[str | None] = field(default_factory=list)  # per step: job state name
+    results: list[Any] = field(default_factory=list)
+    callback_ids: dict[str, str] = field(default_factory=dict)
+    state: str = RUNNING
+    created_at: float = 0.0
+    finished_at: float | None = None
+    meta: dict[str, Any] | None = None
+
+    def count(self, outcome: str) -> int:
+        return sum(1 for o in self.outcomes if o == outcome)
+
+    def to_json(self) -> dict[str, Any]:
+        total = len(self.steps)
+        completed = self.count("completed")
+        failed = self.count("discarded")
+        out: dict[str, Any] = {
+            "id": self.id,
+            "type": self.type,
+            "name": self.name,
+            "state": self.state,
+            "steps_total": total,
+            "steps_completed": completed,
+            "jobs_total": total,
+            "jobs_completed": completed,
+            "jobs_failed": failed,
+            "jobs_cancelled": self.count("cancelled"),
+            "job_ids": self.job_ids,
+            "created_at": format_time(self.created_at),
+        }
+        if self.callback_ids:
+            out["callback_job_ids"] = self.callback_ids
+        if self.finished_at is not None:
+            out["completed_at"] = format_time(self.finished_at)
+        if self.meta is not None:
+            out["meta"] = self.meta
+        return out
+
+
+class Workflows:
+    def __init__(self, service: OJSService, kv: KeyValueStore | None) -> None:
+        self.service = service
+        self.engine = service.engine
+        self.kv = kv
+        self._flows: dict[str, Workflow] = {}
+
+    def __len__(self) -> int:
+        return len(self._flows)
+
+    def get(self, workflow_id: str) -> Workflow | None:
+        return self._flows.get(workflow_id)
+
+    def load(self) -> None:
+        if self.kv is None:
+            return
+        for key, raw in self.kv.kv_load(NAMESPACE).items():
+            try:
+                flow = Workflow(**json.loads(raw))
+            except (TypeError, ValueError) as exc:
+                log.error("workflow %s cannot be restored: %s", key, exc)
+                continue
+            self._flows[flow.id] = flow
+            if flow.state != RUNNING:
+                self._retire_later(flow)
+
+    def clear(self) -> None:
+        for workflow_id in list(self._flows):
+            self._forget(workflow_id)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def create(self, req: WorkflowRequest) -> Workflow:
+        flow = Workflow(
+            id=uuid7(),
+            type=req.type,
+            name=req.name,
+            steps=req.steps,
+            callbacks=req.callbacks,
+            job_ids=[None] * len(req.steps),
+            outcomes=[None] * len(req.steps),
+            results=[None] * len(req.steps),
+            created_at=self.engine.clock(),
+            meta=req.meta,
+        )
+        self._flows[flow.id] = flow
+        first = range(1) if flow.type == "chain" else range(len(flow.steps))
+        try:
+            for index in first:
+                self._start_step(flow, index, None)
+        except OJSError:  # all or nothing: undo the steps already created
+            del self._flows[flow.id]
+            for job_id in flow.job_ids:
+                job = self.engine.jobs.get(job_id) if job_id else None
+                if job is not None and not job.state.terminal:
+                    self.engine.cancel(job)
+                    self.engine.forget(job)
+            raise
+        self._save(flow)
+        return flow
+
+    def cancel(self, flow: Workflow) -> None:
+        if flow.state != RUNNING:
+            return
+        self._finish(flow, CANCELLED)
+        for job_id in flow.job_ids:
+            job = self.engine.jobs.get(job_id) if job_id else None
+            if job is not None and not job.state.terminal:
+                with contextlib.suppress(IllegalTransition):
+                    self.engine.cancel(job)
+        self._save(flow)
+
+    def observe(self, event: str, job: Job) -> None:
+        """`Engine.observers` hook: a workflow's job finished; move the workflow on."""
+        if event not in _FINISHED or job.ext is None:
+            return
+        link = job.ext.get("workflow")
+        if not isinstance(link, dict) or "step" not in link:
+            return
+        flow = self._flows.get(link.get("id", ""))
+        if flow is None or flow.state != RUNNING:
+            return
+        index = link["step"]
+        if not 0 <= index < len(flow.steps) or flow.job_ids[index] != job.id:
+            return
+        outcome = job.state.name.lower()
+        flow.outcomes[index] = outcome
+        if job.state is JobState.COMPLETED:
+            flow.results[index] = result_of(job)
+        try:
+            if flow.type == "chain":
+                self._advance_chain(flow, index, job)
+            else:
+                self._advance_group(flow)
+        except OJSError as exc:  # a later step could not be created (e.g. unique reject)
+            log.warning("workflow %s stopped: %s", flow.id, exc.message)
+            self._finish(flow, FAILED)
+        self._save(flow)
+
+    def _advance_chain(self, flow: Workflow, index: int, job: Job) -> None:
+        if job.state is JobState.CANCELLED:
+            self._finish(flow, CANCELLED)
+        elif job.state is not JobState.COMPLETED:
+            self._finish(flow, FAILED)
+        elif index + 1 < len(flow.steps):
+            self._start_step(flow, index + 1, [flow.results[index]])
+        else:
+            self._finish(flow, COMPLETED)
+
+    def _advance_group(self, flow: Workflow) -> None:
+        if any(outcome is None for outcome in flow.outcomes):
+            return
+        succeeded = all(outcome == "completed" for outcome in flow.outcomes)
+        self._finish(flow, COMPLETED if succeeded else FAILED)
+        if flow.type == "batch":
+            any_failed = any(outcome == "discarded" for outcome in flow.outcomes)
+            wanted = ["on_complete"]
+            if succeeded:
+                wanted.append("on_success")
+            if any_failed:
+                wanted.append("on_failure")
+            for name in wanted:
+                if name in flow.callbacks:
+                    self._start_callback(flow, name)
+
+    def _start_step(self, flow: Workflow, index: int, parents: list[Any] | None) -> None:
+        ext: dict[str, Any] = {"workflow": {"id": flow.id, "step": index}}
+        if parents is not None:
+            ext["parent_results"] = parents
+        job, _ = self.service.submit(parse_push(flow.steps[index]), ext)
+        flow.job_ids[index] = job.id
+
+    def _start_callback(self, flow: Workflow, name: str) -> None:
+        ext: dict[str, Any] = {
+            "workflow": {"id": flow.id, "callback": name},
+            "parent_results": flow.results,
+        }
+        job, _ = self.service.submit(parse_push(flow.callbacks[name]), ext)
+        flow.callback_ids[name] = job.id
+
+    def _finish(self, flow: Workflow, state: str) -> None:
+        flow.state = state
+        flow.finished_at = self.engine.clock()
+        self.service.events.record(
+            f"workflow.{state}",
+            flow.id,
+            None,
+            {"workflow_id": flow.id, "workflow_name": flow.name, "total_steps": len(flow.steps)},
+        )
+        self._retire_later(flow)
+
+    # ------------------------------------------------------------------ retention
+
+    def _retire_later(self, flow: Workflow) -> None:
+        retain = self.engine.config.retain_finished or DEFAULT_RETENTION
+        finished = flow.finished_at if flow.finished_at is not None else self.engine.clock()
+        self.engine.timers.add(finished + retain, self._retire, flow)
+
+    def _retire(self, flow: Workflow, when: float) -> None:
+        if self._flows.get(flow.id) is flow:
+            self._forget(flow.id)
+
+    def _forget(self, workflow_id: str) -> None:
+        self._flows.pop(workflow_id, None)
+        if self.kv is not None:
+            self.kv.kv_put(NAMESPACE, workflow_id, None)
+
+    def _save(self, flow: Workflow) -> None:
+        if self.kv is not None and self._flows.get(flow.id) is flow:
+            record = json.dumps(asdict(flow), separators=(",", ":"), default=str)
+            self.kv.kv_put(NAMESPACE, flow.id, record.encode())
+
+
+# ---------------------------------------------------------------------- routes
+
+
+def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
+    flows = service.workflows
+
+    def lookup(request: web.Request) -> Workflow:
+        workflow_id = request.match_info["id"]
+        flow = flows.get(workflow_id)
+        if flow is None:
+            raise OJSError("not_found", f"workflow {workflow_id} not found")
+        return flow
+
+    async def create(request: web.Request) -> web.Response:
+        req = parse_workflow(await read_json(request))
+        flow = flows.create(req)
+        await service.durable()
+        return reply({"workflow": flow.to_json()}, 201, {"Location": f"{BASE}/workflows/{flow.id}"})
+
+    async def get(request: web.Request) -> web.Response:
+        return reply({"workflow": lookup(request).to_json()})
+
+    async def cancel(request: web.Request) -> web.Response:
+        flow = lookup(request)
+        flows.cancel(flow)
+        await service.durable()
+        return reply({"workflow": flow.to_json()})
+
+    router.add_post(BASE + "/workflows", create)
+    router.add_get(BASE + "/workflows/{id}", get)
+    router.add_delete(BASE + "/workflows/{id}", cancel)

@@ -1,0 +1,70 @@
+"""What the OJS binding keeps across a restart with the SQLite store: cron registrations,
+workflows in progress (and their jobs), dead-worker-free job state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.ojs.dsl import Response, Runner
+from tests.servers import ServerProcess, start_jobwire
+
+
+def ok(response: Response, status: int = 200) -> Any:
+    assert response.status == status, response.raw
+    return response.body
+
+
+def start(workdir: Path) -> tuple[ServerProcess, Runner]:
+    server = start_jobwire(store=f"sqlite:{workdir / 'jobs.db'}", workdir=workdir, http=True)
+    return server, Runner(f"http://127.0.0.1:{server.http_port}")
+
+
+def stop(server: ServerProcess) -> None:
+    code = server.stop()
+    assert code == 0, f"jobwire exited with {code}:\n{server.log()}"
+
+
+def test_cron_and_workflows_survive_a_restart(tmp_path: Path) -> None:
+    server, http = start(tmp_path)
+    try:
+        cron = {
+            "name": "nightly",
+            "expression": "0 3 * * *",
+            "timezone": "Europe/Paris",
+            "job_template": {"type": "report.build", "args": [1], "options": {"queue": "r"}},
+        }
+        registered = ok(http.request("POST", "/ojs/v1/cron", cron), 201)["cron"]
+        gone = dict(cron, name="deleted")
+        ok(http.request("POST", "/ojs/v1/cron", gone), 201)
+        ok(http.request("DELETE", "/ojs/v1/cron/deleted"))
+        chain = {
+            "type": "chain",
+            "name": "two-steps",
+            "steps": [
+                {"type": "a", "args": [], "options": {"queue": "wf"}},
+                {"type": "b", "args": [], "options": {"queue": "wf"}},
+            ],
+        }
+        flow = ok(http.request("POST", "/ojs/v1/workflows", chain), 201)["workflow"]
+    finally:
+        stop(server)
+
+    server, http = start(tmp_path)
+    try:
+        entries = ok(http.request("GET", "/ojs/v1/cron"))["crons"]
+        assert [e["name"] for e in entries] == ["nightly"]
+        assert entries[0]["next_run_at"] == registered["next_run_at"]
+        assert entries[0]["timezone"] == "Europe/Paris"
+        assert ok(http.request("GET", f"/ojs/v1/workflows/{flow['id']}"))["workflow"]["state"] == (
+            "running"
+        )
+        for expected in ("a", "b"):
+            fetched = ok(http.request("POST", "/ojs/v1/workers/fetch", {"queues": ["wf"]}))
+            [job] = fetched["jobs"]
+            assert job["type"] == expected
+            ok(http.request("POST", "/ojs/v1/workers/ack", {"job_id": job["id"], "result": 1}))
+        done = ok(http.request("GET", f"/ojs/v1/workflows/{flow['id']}"))["workflow"]
+        assert done["state"] == "completed" and done["steps_completed"] == 2
+    finally:
+        stop(server)
