@@ -64,12 +64,13 @@ class FakeStore:
 class FakeTransport:
     def __init__(self) -> None:
         self.data = b""
+        self.closing = False
 
     def write(self, data: bytes) -> None:
         self.data += data
 
     def is_closing(self) -> bool:
-        return False
+        return self.closing
 
     def get_write_buffer_size(self) -> int:
         return 0
@@ -138,5 +139,23 @@ def test_failed_commit_turns_acks_into_errors_and_drops_the_jobs() -> None:
         assert store.removed == ["H:2", "H:4"]
         store.commit()
         assert transport.take() == created("H:5")
+
+    asyncio.run(main())
+
+
+def test_a_failed_commit_after_the_client_left_still_drops_its_jobs() -> None:
+    async def main() -> None:
+        store, engine, conn, transport = await connect()
+        conn.data_received(submit_bg(b"stored"))
+        store.end_turn()
+        conn.data_received(submit_bg(b"orphan"))
+        store.end_turn()
+        transport.closing = True  # the peer went away; connection_lost comes later
+        store.commit()
+        store.commit(ok=False)
+        conn.connection_lost(None)
+        assert transport.take() == b""
+        assert list(engine.jobs) == ["H:1"]
+        assert store.removed == ["H:2"]
 
     asyncio.run(main())

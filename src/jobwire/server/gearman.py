@@ -274,8 +274,11 @@ class GearmanConnection(asyncio.Protocol):
             transport.write(b"".join(out[:count]))
         del out[:count]
         self.sent += count
+        # Forget acks that went out (or were dropped), not those still held: after a lost
+        # connection a failed commit must still cancel the jobs they stand for.
         acks = self.acks
-        while acks and acks[0][0] < self.sent:
+        limit = self.released if self.holds else self.sent
+        while acks and acks[0][0] < limit:
             acks.popleft()
         if transport is None or transport.is_closing():
             return
