@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSMsgType, web
 
+from jobwire.engine import Engine
 from jobwire.engine.errors import EngineError
 from jobwire.engine.job import Job
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
@@ -61,6 +62,20 @@ HEARTBEAT_TIMEOUT = "heartbeat timeout"
 class _Close:
     code: int
     reason: str
+
+
+def extend_leases(engine: Engine, session: WorkerSession) -> None:
+    """Jobs with a lease (an OJS visibility timeout) live while their worker heartbeats.
+
+    A lease is renewed for its full timeout once less than half of it is left, so a worker
+    heartbeating every second adds one timer entry per job per half-timeout, not per beat.
+    """
+    now = engine.clock()
+    for job in session.jobs.values():
+        timeout = job.lease_timeout
+        deadline = job.lease_deadline
+        if timeout and deadline is not None and deadline - now < timeout / 2:
+            engine.extend_lease(job, timeout)
 
 
 class RotaConnection:
@@ -240,7 +255,7 @@ class RotaConnection:
             self._result(session, result, hb.seq)
         if hb.wants is not None:
             self.wants = hb.wants
-        self._extend_leases(session)
+        extend_leases(self.engine, session)
         self.request_work()
 
     def _register(self, reg: Registration) -> WorkerSession:
@@ -366,15 +381,6 @@ class RotaConnection:
                     job.ext["result"] = result.value
         except EngineError as exc:  # not expected for a held job; never fatal to the socket
             self._refuse(ErrorCode.JOB_NOT_HELD, str(exc), job.id, seq)
-
-    def _extend_leases(self, session: WorkerSession) -> None:
-        """Jobs with a lease (an OJS visibility timeout) live while the worker heartbeats."""
-        now = self.engine.clock()
-        for job in session.jobs.values():
-            timeout = job.lease_timeout
-            deadline = job.lease_deadline
-            if timeout and deadline is not None and deadline - now < timeout / 2:
-                self.engine.extend_lease(job, timeout)
 
     def request_work(self) -> None:
         """Credit = what the worker wants to hold minus what it holds: never more than asked."""
