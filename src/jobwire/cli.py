@@ -9,11 +9,10 @@ from pathlib import Path
 import click
 
 from jobwire import __version__
-from jobwire.engine import EngineConfig
-from jobwire.server.app import DEFAULT_STORE, ServerConfig, run
-from jobwire.server.gearman import GearmanOptions
-from jobwire.server.ojs.app import OJSOptions
-from jobwire.server.rota import RotaOptions
+from jobwire.store import DEFAULT_STORE
+
+# The server stack (aiohttp, uvloop) is imported inside `serve`, so the client-side
+# commands (submit, status, worker) start quickly.
 
 LEVELS = ["FATAL", "ALERT", "CRITICAL", "ERROR", "WARNING", "NOTICE", "INFO", "DEBUG"]
 _PY_LEVEL = {
@@ -107,6 +106,14 @@ def _setup_logging(log_file: str, verbose: str) -> None:
     help="Sleeping workers woken per new job; 0 wakes all of them.",
 )
 @click.option(
+    "--wakeup-fallback",
+    type=click.FloatRange(min=0),
+    default=0.5,
+    show_default=True,
+    help="Seconds before more sleepers are woken when the woken ones left work waiting; "
+    "0 disables.",
+)
+@click.option(
     "--max-packet-size",
     default=64 * 1024 * 1024,
     show_default=True,
@@ -166,6 +173,7 @@ def serve(
     job_handle_prefix: str | None,
     exceptions: bool,
     worker_wakeup: int,
+    wakeup_fallback: float,
     max_packet_size: int,
     keepalive: bool,
     keepalive_idle: int,
@@ -181,6 +189,12 @@ def serve(
     rota_spec_file: Path | None,
 ) -> None:
     """Run the job server."""
+    from jobwire.engine import EngineConfig
+    from jobwire.server.app import ServerConfig, run
+    from jobwire.server.gearman import GearmanOptions
+    from jobwire.server.ojs.app import OJSOptions
+    from jobwire.server.rota import RotaOptions
+
     verbose = verbose.upper()
     _setup_logging(log_file, verbose)
     if store.startswith("sqlite:"):
@@ -196,6 +210,7 @@ def serve(
         engine=EngineConfig(
             job_retries=job_retries or None,
             worker_wakeup=worker_wakeup,
+            wakeup_fallback=wakeup_fallback,
             handle_prefix=job_handle_prefix or "",
             retain_finished=(3600.0 if http_port else 0.0)
             if retain_finished is None

@@ -903,3 +903,17 @@ def test_restore_from_a_store(h: Harness) -> None:
     assert job.state is JobState.AVAILABLE
     new, _ = h.engine.submit("f", b"")
     assert new.id != "H:test:4"
+
+
+def test_retained_finished_jobs_are_capped_oldest_first() -> None:
+    h = Harness(retain_finished=3600)
+    h.engine.config.retain_finished_max = 2
+    w = h.worker("f")
+    ids = []
+    for n in range(3):
+        job, _ = h.engine.submit("f", str(n).encode())
+        assert h.engine.grab(w.session) is job
+        h.engine.complete(job, b"ok")
+        ids.append(job.id)
+    # Long before the hour is up, only the newest two are still known.
+    assert [job_id in h.engine.jobs for job_id in ids] == [False, True, True]

@@ -61,6 +61,9 @@ class EngineConfig:
     handle_prefix: str = ""
     #: Seconds a finished job stays visible to status queries; 0 forgets it at once.
     retain_finished: float = 0.0
+    #: At most this many finished jobs are kept (oldest forgotten first), whatever their
+    #: age, so a busy server's memory stays bounded.
+    retain_finished_max: int = 100_000
 
     def __post_init__(self) -> None:
         if not self.handle_prefix:
@@ -641,9 +644,14 @@ class Engine:
         if self._durable and job.background:
             self.store.job_removed(job)
         if self.config.retain_finished > 0:
-            self._finished.append((now + self.config.retain_finished, job))
-            if len(self._finished) == 1:
+            finished = self._finished
+            finished.append((now + self.config.retain_finished, job))
+            if len(finished) == 1:
                 self.timers.add(now + self.config.retain_finished, self._on_forget, None)
+            elif len(finished) > self.config.retain_finished_max:
+                _, oldest = finished.popleft()
+                if self.jobs.get(oldest.id) is oldest:
+                    del self.jobs[oldest.id]
         else:
             self.jobs.pop(job.id, None)
         if self.observers:

@@ -18,11 +18,10 @@ from jobwire.server.gearman import GearmanOptions, GearmanServer
 from jobwire.server.ojs.app import OJSOptions, OJSService
 from jobwire.server.rota import RotaOptions, RotaService
 from jobwire.server.runtime import Runtime
+from jobwire.store import DEFAULT_STORE
 from jobwire.store.base import MemoryStore, Store
 
 log = logging.getLogger("jobwire")
-
-DEFAULT_STORE = "sqlite:jobwire-data/jobwire.db"
 
 
 @dataclass
