@@ -307,3 +307,20 @@ def test_large_batches_keep_order_and_delete_exactly(tmp_path: Path) -> None:
     run(main)
     store.close()
     assert [row.id for row in loaded(path)] == [job.id for job in jobs[1::2]]
+
+
+def test_attributes_that_are_not_json_do_not_lose_the_job(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+
+    async def main() -> None:
+        store.job_saved(make_job(1, ext={"raw": b"bytes are not JSON"}))
+        store.job_saved(make_job(2, ext={"fine": [1, 2]}))
+        assert await committed(store)
+
+    run(main)
+    store.close()
+    assert [(row.id, row.ext) for row in loaded(path)] == [
+        ("H:test:1", None),
+        ("H:test:2", b'{"fine":[1,2]}'),
+    ]

@@ -131,7 +131,6 @@ class StoreError(Exception):
 
 
 def _row(job: Job) -> Row:
-    ext = job.ext
     return (
         job.id,
         job.function,
@@ -145,8 +144,17 @@ def _row(job: Job) -> Row:
         job.run_at,
         job.created_at,
         job.reducer,
-        None if ext is None else encode_ext(ext),
+        None if job.ext is None else _ext(job),
     )
+
+
+def _ext(job: Job) -> bytes | None:
+    # Serializing runs in a loop callback: raising there would lose the whole batch.
+    try:
+        return encode_ext(job.ext or {})
+    except (TypeError, ValueError) as exc:
+        log.error("job %s stored without its protocol attributes: %s", job.id, exc)
+        return None
 
 
 def connect(path: Path, fsync: str = "batch") -> sqlite3.Connection:
