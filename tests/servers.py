@@ -27,7 +27,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], deadline: float = START_DEADLINE) -> None:
+def wait_for_port(
+    port: int, proc: subprocess.Popen[bytes], deadline: float = START_DEADLINE
+) -> None:
     end = time.monotonic() + deadline
     while time.monotonic() < end:
         if proc.poll() is not None:
@@ -102,7 +104,9 @@ def start_jobwire(
 
 
 def gearmand_path() -> str:
-    path = shutil.which("gearmand") or ("/usr/sbin/gearmand" if os.path.exists("/usr/sbin/gearmand") else None)
+    path = shutil.which("gearmand") or (
+        "/usr/sbin/gearmand" if os.path.exists("/usr/sbin/gearmand") else None
+    )
     if path is None:
         raise RuntimeError("gearmand is not installed (apt-get install gearman-job-server)")
     return path
@@ -111,8 +115,18 @@ def gearmand_path() -> str:
 def start_gearmand(args: Sequence[str] = (), *, port: int | None = None) -> ServerProcess:
     port = port or free_port()
     workdir = Path(tempfile.mkdtemp(prefix="gearmand-test-"))
-    cmd = [gearmand_path(), "-L", "127.0.0.1", "-p", str(port), "-l", str(workdir / "server.log"),
-           "--verbose", "INFO", *args]
+    cmd = [
+        gearmand_path(),
+        "-L",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "-l",
+        str(workdir / "server.log"),
+        "--verbose",
+        "INFO",
+        *args,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, cwd=workdir)
     wait_for_port(port, proc)
     return ServerProcess("gearmand", proc, port, workdir)

@@ -391,13 +391,4 @@ def illegal(exc: IllegalTransition) -> OJSError:
     return OJSError("conflict", str(exc), status=409)
 
 
-async def start_http(service: OJSService, host: str, port: int) -> web.AppRunner:
-    """Serve the app on host:port; the caller cleans up with `await runner.cleanup()`."""
-    runner = web.AppRunner(service.app(), access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
-    await site.start()
-    return runner
-
-
-__all__ = ["OJSOptions", "OJSService", "start_http"]
+__all__ = ["OJSOptions", "OJSService"]
