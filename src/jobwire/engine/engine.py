@@ -121,6 +121,7 @@ class Engine:
         self.timers = TimerHeap()
         self._seq = itertools.count(1)
         self._handle_numbers = itertools.count(1)
+        self._handle_prefix = self.config.handle_prefix + ":"
         self._finished: deque[tuple[float, Job]] = deque()
         #: Seconds to wait before a failed job is retried; protocols with retry policies set it.
         self.backoff: Callable[[Job], float] = lambda job: 0.0
@@ -130,7 +131,7 @@ class Engine:
     # ------------------------------------------------------------------ ids and registry
 
     def next_handle(self) -> str:
-        return f"{self.config.handle_prefix}:{next(self._handle_numbers)}"
+        return f"{self._handle_prefix}{next(self._handle_numbers)}"
 
     def function(self, name: str) -> FunctionInfo:
         """The function's record, created on first mention (as gearmand's are)."""
@@ -201,7 +202,7 @@ class Engine:
 
         Returns the job and whether it was created. Raises QueueFull.
         """
-        key = self.unique_key(function, unique, payload)
+        key = self.unique_key(function, unique, payload) if unique else None
         if key is not None:
             existing = self.uniques.get(key)
             if existing is not None:
@@ -217,8 +218,10 @@ class Engine:
         if fn.max_queue is not None:
             self._check_max_queue(fn, priority)
         now = self.clock()
+        if job_id is None:
+            job_id = f"{self._handle_prefix}{next(self._handle_numbers)}"
         job = Job(
-            job_id or self.next_handle(),
+            job_id,
             function,
             payload,
             queue=queue,
