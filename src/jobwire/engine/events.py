@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobwire.engine.job import Job
+from jobwire.engine.job import Job, JobState
 
 #: Event names the engine emits for jobs; adapters may record others (cron.*, workflow.*).
 JOB_EVENTS = (
@@ -28,9 +28,6 @@ JOB_EVENTS = (
     "job.cancelled",
 )
 
-#: What an event's `data` says about its job, per event; see `job_data`.
-JobDescriber = Callable[[str, Job], dict[str, Any]]
-
 
 @dataclass(frozen=True, slots=True)
 class Event:
@@ -42,48 +39,68 @@ class Event:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-def job_data(event: str, job: Job) -> dict[str, Any]:
+#: What the log keeps of a job event: cheap to take on the hot path, turned into `data` only
+#: when read. (seq, event, time, id, function, queue, attempts, state, started, finished,
+#: priority, worker name)
+_Snapshot = tuple[
+    int, str, float, str, str, str, int, JobState, float | None, float | None, int, str | None
+]
+
+
+def _job_data(snap: _Snapshot) -> dict[str, Any]:
     """The protocol-neutral facts of a job event (OJS events vocabulary field names)."""
+    _, event, _, job_id, function, queue, attempts, state, started, finished, priority, worker = (
+        snap
+    )
     data: dict[str, Any] = {
-        "job_id": job.id,
-        "job_type": job.function,
-        "queue": job.queue,
-        "attempt": job.attempts,
-        "state": job.state.name.lower(),
+        "job_id": job_id,
+        "job_type": function,
+        "queue": queue,
+        "attempt": attempts,
+        "state": state.name.lower(),
     }
-    if event in ("job.completed", "job.discarded") and job.started_at is not None:
-        end = job.finished_at if job.finished_at is not None else job.started_at
-        data["duration_ms"] = max(0, int((end - job.started_at) * 1000))
-    if event == "job.started" and job.worker is not None:
-        data["worker_id"] = job.worker.name
-    if job.priority:
-        data["priority"] = job.priority
+    if event in ("job.completed", "job.discarded") and started is not None:
+        end = finished if finished is not None else started
+        data["duration_ms"] = max(0, int((end - started) * 1000))
+    if worker is not None:
+        data["worker_id"] = worker
+    if priority:
+        data["priority"] = priority
     return data
 
 
 class EventLog:
     """The newest `capacity` events; `capacity` 0 records nothing."""
 
-    def __init__(
-        self,
-        capacity: int = 10_000,
-        *,
-        clock: Callable[[], float],
-        describe: JobDescriber = job_data,
-    ) -> None:
+    def __init__(self, capacity: int = 10_000, *, clock: Callable[[], float]) -> None:
         self.capacity = capacity
         self.clock = clock
-        self.describe = describe
-        self._events: deque[Event] = deque(maxlen=max(1, capacity))
+        self._events: deque[Event | _Snapshot] = deque(maxlen=max(1, capacity))
         self._seq = itertools.count(1)
 
     def __len__(self) -> int:
         return len(self._events) if self.capacity else 0
 
     def observe(self, event: str, job: Job) -> None:
-        """`Engine.observers` hook: record a job event."""
+        """`Engine.observers` hook: record a job event (a tuple: this runs for every job)."""
         if self.capacity:
-            self.record(event, job.id, job.queue, self.describe(event, job))
+            worker = job.worker
+            self._events.append(
+                (
+                    next(self._seq),
+                    event,
+                    self.clock(),
+                    job.id,
+                    job.function,
+                    job.queue,
+                    job.attempts,
+                    job.state,
+                    job.started_at,
+                    job.finished_at,
+                    job.priority,
+                    worker.name if worker is not None and event == "job.started" else None,
+                )
+            )
 
     def record(
         self, event: str, subject: str, queue: str | None, data: dict[str, Any]
@@ -115,15 +132,18 @@ class EventLog:
     def _matching(
         self, types: Collection[str], queues: Collection[str], after: int
     ) -> Iterator[Event]:
-        events: Iterable[Event] = self._events if self.capacity else ()
+        events: Iterable[Event | _Snapshot] = self._events if self.capacity else ()
         for entry in events:
-            if entry.seq <= after:
+            if isinstance(entry, Event):
+                seq, kind, queue = entry.seq, entry.type, entry.queue
+            else:
+                seq, kind, queue = entry[0], entry[1], entry[5]
+            if seq <= after or (types and kind not in types) or (queues and queue not in queues):
                 continue
-            if types and entry.type not in types:
-                continue
-            if queues and entry.queue not in queues:
-                continue
-            yield entry
+            if isinstance(entry, Event):
+                yield entry
+            else:
+                yield Event(seq, kind, entry[2], entry[3], queue, _job_data(entry))
 
     def clear(self) -> None:
         self._events.clear()
