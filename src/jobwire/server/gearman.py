@@ -154,6 +154,7 @@ class GearmanConnection(asyncio.Protocol):
         self.acks: deque[tuple[int, Job, bool]] = deque()  # JOB_CREATED: position, job, new
         self.durable = server.engine.store.durable
         self.closing = False
+        self.write_paused = False  # the transport's buffer is over its high-water mark
         self.conn_id = 0
         self.fd = -1
         self.peer_ip = "-"
@@ -231,10 +232,12 @@ class GearmanConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         # The peer reads slower than we answer: stop reading its requests until it catches up.
+        self.write_paused = True
         if self.transport is not None:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self.write_paused = False
         if self.transport is not None and not self.closing:
             self.transport.resume_reading()
 
@@ -267,24 +270,29 @@ class GearmanConnection(asyncio.Protocol):
             return
         transport = self.transport
         if transport is None or transport.is_closing():
+            transport = None  # gone: drop what was meant for it
             count = len(out)
         elif count == 1:
             transport.write(out[0])
         else:
             transport.write(b"".join(out[:count]))
-        del out[:count]
+        if count == len(out):
+            out.clear()
+        else:
+            del out[:count]
         self.sent += count
         # Forget acks that went out (or were dropped), not those still held: after a lost
         # connection a failed commit must still cancel the jobs they stand for.
         acks = self.acks
-        limit = self.released if self.holds else self.sent
-        while acks and acks[0][0] < limit:
-            acks.popleft()
-        if transport is None or transport.is_closing():
+        if acks:
+            limit = self.released if self.holds else self.sent
+            while acks and acks[0][0] < limit:
+                acks.popleft()
+        if transport is None:
             return
         if self.closing and not self.holds:
             transport.close()
-        elif transport.get_write_buffer_size() > MAX_PENDING_OUTPUT:
+        elif self.write_paused and transport.get_write_buffer_size() > MAX_PENDING_OUTPUT:
             log.warning("closing %s: it does not read its replies", self.peer_ip)
             transport.abort()
 
