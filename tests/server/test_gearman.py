@@ -213,3 +213,14 @@ def test_work_a_woken_worker_leaves_waiting_wakes_another(server_with: ServerPro
     assert other.recv().type == Cmd.NOOP  # the fallback, once its delay has passed
     assert other.grab().args[0].decode() == handle
     assert sync(woken) == []
+
+
+def test_drop_function_refuses_while_jobs_are_queued(server_with: ServerProcess) -> None:
+    # gearmand drops the function and orphans its queued jobs; jobwire keeps both.
+    with GearmanSocket(server_with) as client:
+        handle = client.submit_bg("f", "x")
+        refused = admin(server_with, "drop function f")
+        assert refused == "ERR there are still connected workers or executing clients\r\n"
+        assert list_lines(admin(server_with, "status")) == ["f\t1\t0\t0"]
+        status = client.request(Cmd.GET_STATUS, handle, reply=Cmd.STATUS_RES)
+        assert status.args[1] == b"1"
