@@ -25,23 +25,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import inspect
 import json
 import logging
 import math
 import os
-import signal
 import socket
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, TypeVar
 
 from jobwire.protocols.gearman import Packet, PacketType, encode_request
 from jobwire.sdk.connection import Connection, format_address, parse_address
 from jobwire.sdk.errors import JobFailed, ServerUnavailable
+from jobwire.sdk.lifecycle import Lifecycle
+from jobwire.sdk.lifecycle import WorkerState as WorkerState
 from jobwire.sdk.payload import to_bytes
+from jobwire.sdk.tasks import Task, check_timeout, decorator, invoke, is_async
 
 log = logging.getLogger("jobwire.sdk.worker")
 
@@ -61,13 +60,6 @@ def server_timeout_ms(timeout: float) -> int:
     local one: the local WORK_FAIL must win. gearmand's minimum is one second.
     """
     return max(1000, math.ceil((timeout + max(2.0, timeout / 2)) * 1000))
-
-
-class WorkerState(StrEnum):
-    RUNNING = "running"  # grabbing jobs
-    QUIET = "quiet"  # finishing held jobs, taking nothing new
-    TERMINATE = "terminate"  # grace period over: failing what still runs
-    TERMINATED = "terminated"
 
 
 class Job:
@@ -161,14 +153,6 @@ class Job:
         self._finished = True
 
 
-@dataclass(frozen=True, slots=True)
-class _Task:
-    name: str
-    func: Callable[[Job], Any]
-    timeout: float | None
-    is_async: bool
-
-
 class _Link:
     """The worker's connection to one server and where it is in the grab/sleep cycle."""
 
@@ -190,7 +174,7 @@ def _describe(exc: BaseException) -> bytes:
     return text.encode("utf-8", "replace")
 
 
-class Worker:
+class Worker(Lifecycle[Job]):
     """Runs tasks for Gearman jobs from every server in `servers`.
 
     `concurrency`: most jobs held at once across all servers. `grace_period`: seconds a
@@ -214,6 +198,8 @@ class Worker:
     thread one is abandoned (Python cannot stop a thread) and its eventual result dropped.
     """
 
+    _log = log
+
     def __init__(
         self,
         servers: Iterable[str] = ("127.0.0.1:4730",),
@@ -228,58 +214,33 @@ class Worker:
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        super().__init__(grace_period)
         self.servers = list(servers)
         self.concurrency = concurrency
-        self.grace_period = grace_period
         self.heartbeat = heartbeat
         self.reconnect_base = reconnect_base
         self.reconnect_cap = reconnect_cap
         self.connect_timeout = connect_timeout
         self.client_id = client_id or f"{socket.gethostname()}:{os.getpid()}"
-        self.tasks: dict[str, _Task] = {}
-        self.state = WorkerState.TERMINATED
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.tasks: dict[str, Task[Job]] = {}
         self._links: list[_Link] = []
         self._next_link = 0
-        self._running: dict[asyncio.Task[None], Job] = {}
-        self._stop: asyncio.Event | None = None
-        self._hurry: asyncio.Event | None = None
-        self._stop_early = False
 
     # ------------------------------------------------------------ tasks
 
     def task(self, name: str, *, timeout: float | None = None) -> Callable[[F], F]:
         """Decorator: run the function for jobs of `name`. Register tasks before `run`."""
-
-        def register(func: F) -> F:
-            self.add_task(name, func, timeout=timeout)
-            return func
-
-        return register
+        return decorator(lambda func: self.add_task(name, func, timeout=timeout))
 
     def add_task(
         self, name: str, func: Callable[[Job], Any], *, timeout: float | None = None
     ) -> None:
         if not name or "\0" in name:
             raise ValueError("task names must be non-empty and contain no NUL")
-        if timeout is not None and timeout <= 0:
-            raise ValueError("timeout must be positive")
-        self.tasks[name] = _Task(name, func, timeout, inspect.iscoroutinefunction(func))
+        check_timeout(timeout)
+        self.tasks[name] = Task(name, func, timeout, is_async(func))
 
     # ------------------------------------------------------------ running
-
-    def run(self) -> None:
-        """Serve until stopped. On the main thread, signals drive the lifecycle (module doc)."""
-        asyncio.run(self._main())
-
-    async def _main(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            loop = asyncio.get_running_loop()
-            loop.add_signal_handler(signal.SIGTERM, self._request_stop)
-            loop.add_signal_handler(signal.SIGINT, self._request_stop)
-            loop.add_signal_handler(signal.SIGTSTP, self._go_quiet)
-            loop.add_signal_handler(signal.SIGCONT, self._go_running)
-        await self.serve()
 
     async def serve(self) -> None:
         """Serve until `stop()`; then quiet, wait out the grace period, fail the rest, return."""
@@ -287,60 +248,18 @@ class Worker:
             raise ValueError("the worker has no tasks")
         if not self.servers:
             raise ValueError("the worker has no servers")
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        self._hurry = asyncio.Event()
-        self.state = WorkerState.RUNNING
+        self._begin()
+        assert self._stop is not None
         self._links = [_Link(server) for server in self.servers]
         maintainers = [asyncio.create_task(self._maintain(link)) for link in self._links]
         if self._stop_early:
             self._stop_early = False
             self._stop.set()
-        try:
-            await self._stop.wait()
-        except asyncio.CancelledError:
-            self._hurry.set()
-            raise
-        finally:
-            await self._shutdown(maintainers)
-
-    def stop(self) -> None:
-        """Stop gracefully, as SIGTERM does; a second call skips what is left of the grace
-        period. Safe from any thread."""
-        self._from_any_thread(self._request_stop)
-
-    def quiet(self) -> None:
-        """Take no new jobs (as SIGTSTP). Safe from any thread."""
-        self._from_any_thread(self._go_quiet)
-
-    def resume(self) -> None:
-        """Take jobs again after `quiet` (as SIGCONT). Safe from any thread."""
-        self._from_any_thread(self._go_running)
-
-    def _from_any_thread(self, action: Callable[[], None]) -> None:
-        loop = self._loop
-        if loop is None:  # serve() has not started: a stop still counts
-            self._stop_early = self._stop_early or action == self._request_stop
-            return
-        with contextlib.suppress(RuntimeError):  # the loop is closed: the worker has ended
-            loop.call_soon_threadsafe(action)
+        await self._until_stopped(lambda: self._shutdown(maintainers))
 
     # ------------------------------------------------------------ lifecycle
 
-    def _request_stop(self) -> None:
-        assert self._stop is not None and self._hurry is not None
-        if self._stop.is_set():
-            log.warning("stopping now: failing the jobs still running")
-            self._hurry.set()
-            return
-        log.info("stopping: finishing %d running job(s) first", len(self._running))
-        self._stop.set()
-
-    def _go_quiet(self) -> None:
-        if self.state is not WorkerState.RUNNING:
-            return
-        log.info("quiet: taking no new jobs")
-        self.state = WorkerState.QUIET
+    def _quieted(self) -> None:
         self._unregister_idle()
 
     def _unregister_idle(self) -> None:
@@ -352,11 +271,7 @@ class Worker:
                 link.conn.send(_RESET)
                 link.registered = False
 
-    def _go_running(self) -> None:
-        if self.state is not WorkerState.QUIET or (self._stop and self._stop.is_set()):
-            return
-        log.info("running: taking jobs again")
-        self.state = WorkerState.RUNNING
+    def _resumed(self) -> None:
         for link in self._links:
             if link.ready:
                 assert link.conn is not None
@@ -367,26 +282,9 @@ class Worker:
         self._dispatch()
 
     async def _shutdown(self, maintainers: list[asyncio.Task[None]]) -> None:
-        assert self._hurry is not None
-        self._go_quiet()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.grace_period
-        while self._running and not self._hurry.is_set():
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            hurry = asyncio.ensure_future(self._hurry.wait())
-            await asyncio.wait(
-                [*self._running, hurry], timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-            )
-            hurry.cancel()
-        self.state = WorkerState.TERMINATE
-        if self._running:
-            log.warning("grace period over: failing %d running job(s)", len(self._running))
-        for task, job in list(self._running.items()):
-            job._finish(encode_request(P.WORK_FAIL, job.handle.encode()))
-            task.cancel()
-        await asyncio.gather(*self._running, return_exceptions=True)
+        await self._wind_down(
+            lambda job: job._finish(encode_request(P.WORK_FAIL, job.handle.encode())), "failing"
+        )
         for maintainer in maintainers:
             maintainer.cancel()
         await asyncio.gather(*maintainers, return_exceptions=True)
@@ -505,12 +403,10 @@ class Worker:
             link.conn,
             self._loop,
         )
-        task = asyncio.create_task(self._run_job(job), name=f"jobwire job {job.handle}")
-        self._running[task] = job
-        task.add_done_callback(self._job_done)
+        self._launch(job, self._run_job(job), f"jobwire job {job.handle}")
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
+        super()._job_done(task)
         self._settle()
 
     async def _run_job(self, job: Job) -> None:
@@ -524,10 +420,7 @@ class Worker:
         timer = asyncio.timeout(task.timeout)
         try:
             async with timer:
-                if task.is_async:
-                    result = to_bytes(await task.func(job))
-                else:
-                    result = await _in_thread(task.func, job)
+                result = await invoke(task, job, to_bytes, f"jobwire-{job.handle}")
         except asyncio.CancelledError:
             if not job._finished:  # cancelled from outside, not by terminate: still answer
                 job._finish(encode_request(P.WORK_FAIL, handle))
@@ -549,33 +442,3 @@ class Worker:
         else:
             job._finish(encode_request(P.WORK_COMPLETE, handle, result))
             log.debug("job %s (%s) done", job.handle, job.function)
-
-
-async def _in_thread(func: Callable[[Job], Any], job: Job) -> bytes:
-    """Run a plain task in its own daemon thread; its result is encoded there too."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[bytes] = loop.create_future()
-
-    def settle(result: bytes | None, error: BaseException | None) -> None:
-        if future.done():  # timed out or cancelled meanwhile
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            assert result is not None
-            future.set_result(result)
-
-    def target() -> None:
-        result: bytes | None = None
-        error: BaseException | None = None
-        try:
-            result = to_bytes(func(job))
-        except Exception as exc:
-            error = exc
-        except BaseException as exc:  # SystemExit and friends must not cross into the loop
-            error = RuntimeError(f"task raised {exc!r}")
-        with contextlib.suppress(RuntimeError):  # the worker's loop is gone
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=target, name=f"jobwire-{job.handle}", daemon=True).start()
-    return await future

@@ -25,13 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import os
 import platform
-import signal
 import socket
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,7 +60,8 @@ from jobwire.protocols.rota import (
     load_spec,
     validate_spec,
 )
-from jobwire.sdk.worker import WorkerState
+from jobwire.sdk.lifecycle import Lifecycle, WorkerState
+from jobwire.sdk.tasks import Task, check_timeout, decorator, invoke, is_async
 from jobwire.sdk.ws_job import RotaJob, failure, success
 
 log = logging.getLogger("jobwire.sdk.ws_worker")
@@ -73,11 +71,7 @@ SpecSource = dict[str, Any] | str | Path | None
 
 
 @dataclass(frozen=True, slots=True)
-class _Task:
-    name: str
-    func: Callable[[RotaJob], Any]
-    timeout: float | None
-    is_async: bool
+class _Task(Task[RotaJob]):
     spec: dict[str, Any]
     checksum: str
 
@@ -103,7 +97,7 @@ def _rss() -> int | None:
         return None
 
 
-class RotaWorker:
+class RotaWorker(Lifecycle[RotaJob]):
     """Runs tasks for jobs pushed by a jobwire server over its `/work` WebSocket.
 
     worker = RotaWorker("http://127.0.0.1:8080", concurrency=4)
@@ -113,6 +107,8 @@ class RotaWorker:
 
     worker.run()
     """
+
+    _log = log
 
     def __init__(
         self,
@@ -130,10 +126,10 @@ class RotaWorker:
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        super().__init__(grace_period)
         self.url = url.rstrip("/") + ("" if url.rstrip("/").endswith("/work") else "/work")
         self.concurrency = concurrency
         self.queues = queues
-        self.grace_period = grace_period
         self.heartbeat = heartbeat
         self.reconnect_base = reconnect_base
         self.reconnect_cap = reconnect_cap
@@ -141,15 +137,12 @@ class RotaWorker:
         self.batch_bytes = batch_bytes
         self.hostname = hostname or socket.gethostname()
         self.tasks: dict[str, _Task] = {}
-        self.state = WorkerState.TERMINATED
         #: The server's id for this worker and its verdict on each spec (from the welcome).
         self.worker_id: str | None = None
         self.specs_accepted: dict[str, bool] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._generation = 0
         self._interval = heartbeat
-        self._running: dict[asyncio.Task[None], RotaJob] = {}
         self._job_generation: dict[str, int] = {}
         self._progress: dict[str, tuple[int, int]] = {}
         self._logs: dict[str, list[str]] = {}
@@ -158,9 +151,6 @@ class RotaWorker:
         self._batched = 0  # rough bytes of status waiting for the next heartbeat
         self._seq = 0
         self._wake: asyncio.Event | None = None
-        self._stop: asyncio.Event | None = None
-        self._hurry: asyncio.Event | None = None
-        self._stop_early = False
         self._sampled = (time.monotonic(), time.process_time())
 
     # ------------------------------------------------------------ tasks
@@ -169,12 +159,7 @@ class RotaWorker:
         self, name: str, *, timeout: float | None = None, spec: SpecSource = None
     ) -> Callable[[F], F]:
         """Decorator: run the function for jobs of spec `name`. Register tasks before `run`."""
-
-        def register(func: F) -> F:
-            self.add_task(name, func, timeout=timeout, spec=spec)
-            return func
-
-        return register
+        return decorator(lambda func: self.add_task(name, func, timeout=timeout, spec=spec))
 
     def add_task(
         self,
@@ -184,67 +169,33 @@ class RotaWorker:
         timeout: float | None = None,
         spec: SpecSource = None,
     ) -> None:
-        if timeout is not None and timeout <= 0:
-            raise ValueError("timeout must be positive")
+        check_timeout(timeout)
         document = _load_spec(name, spec)
         self.tasks[name] = _Task(
             name,
             func,
             timeout,
-            inspect.iscoroutinefunction(func),
+            is_async(func),
             document,
             checksum(document),
         )
 
     # ------------------------------------------------------------ running
 
-    def run(self) -> None:
-        """Serve until stopped. On the main thread, signals drive the lifecycle (module doc)."""
-        asyncio.run(self._main())
-
-    async def _main(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            loop = asyncio.get_running_loop()
-            loop.add_signal_handler(signal.SIGTERM, self._request_stop)
-            loop.add_signal_handler(signal.SIGINT, self._request_stop)
-            loop.add_signal_handler(signal.SIGTSTP, self._go_quiet)
-            loop.add_signal_handler(signal.SIGCONT, self._go_running)
-        await self.serve()
-
     async def serve(self) -> None:
         """Serve until `stop()`; then quiet, wait out the grace period, fail the rest, return."""
         if not self.tasks:
             raise ValueError("the worker has no tasks")
-        self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._stop = asyncio.Event()
-        self._hurry = asyncio.Event()
-        self.state = WorkerState.RUNNING
+        self._begin()
+        assert self._stop is not None
         maintainer = asyncio.create_task(self._maintain(), name="rota worker connection")
         if self._stop_early:
             self._stop.set()
-        try:
-            await self._stop.wait()
-        except asyncio.CancelledError:
-            self._hurry.set()
-            raise
-        finally:
-            await self._shutdown(maintainer)
-
-    def stop(self) -> None:
-        """Stop gracefully, as SIGTERM does; a second call skips what is left of the grace
-        period. Safe from any thread."""
-        self._from_any_thread(self._request_stop)
-
-    def quiet(self) -> None:
-        """Take no new jobs (as SIGTSTP). Safe from any thread."""
-        self._from_any_thread(self._go_quiet)
-
-    def resume(self) -> None:
-        """Take jobs again after `quiet` (as SIGCONT). Safe from any thread."""
-        self._from_any_thread(self._go_running)
+        await self._until_stopped(lambda: self._shutdown(maintainer))
 
     def _from_any_thread(self, action: Callable[[], None]) -> None:
+        # Unlike the Gearman worker's: a stop once the loop has closed also counts for later.
         loop = self._loop
         if loop is None or loop.is_closed():
             if action == self._request_stop:
@@ -255,49 +206,19 @@ class RotaWorker:
 
     # ------------------------------------------------------------ lifecycle
 
-    def _request_stop(self) -> None:
-        assert self._stop is not None and self._hurry is not None
-        if self._stop.is_set():
-            log.warning("stopping now: failing the jobs still running")
-            self._hurry.set()
-            return
-        log.info("stopping: finishing %d running job(s) first", len(self._running))
-        self._stop.set()
+    def _quieted(self) -> None:
+        self._flush_soon()
 
-    def _go_quiet(self) -> None:
-        if self.state is WorkerState.RUNNING:
-            log.info("quiet: taking no new jobs")
-            self.state = WorkerState.QUIET
-            self._flush_soon()
-
-    def _go_running(self) -> None:
-        if self.state is WorkerState.QUIET and not (self._stop and self._stop.is_set()):
-            log.info("running: taking jobs again")
-            self.state = WorkerState.RUNNING
-            self._flush_soon()
+    def _resumed(self) -> None:
+        self._flush_soon()
 
     async def _shutdown(self, maintainer: asyncio.Task[None]) -> None:
-        assert self._hurry is not None
-        self._go_quiet()
-        self.state = WorkerState.QUIET
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.grace_period
-        while self._running and not self._hurry.is_set():
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            hurry = asyncio.ensure_future(self._hurry.wait())
-            await asyncio.wait(
-                [*self._running, hurry], timeout=remaining, return_when=asyncio.FIRST_COMPLETED
-            )
-            hurry.cancel()
-        self.state = WorkerState.TERMINATE
-        if self._running:
-            log.warning("grace period over: giving back %d running job(s)", len(self._running))
-        for task, job in list(self._running.items()):
-            self._finish(job, Failure(job.handle, "worker_shutdown", "stopped", retryable=True))
-            task.cancel()
-        await asyncio.gather(*self._running, return_exceptions=True)
+        await self._wind_down(
+            lambda job: self._finish(
+                job, Failure(job.handle, "worker_shutdown", "stopped", retryable=True)
+            ),
+            "giving back",
+        )
         maintainer.cancel()
         await asyncio.gather(maintainer, return_exceptions=True)
         self.state = WorkerState.TERMINATED
@@ -446,12 +367,7 @@ class RotaWorker:
         if self.state in (WorkerState.TERMINATE, WorkerState.TERMINATED):
             self._finish(job, Failure(job.handle, "worker_shutdown", "stopping", retryable=True))
             return
-        task = asyncio.create_task(self._run_job(job), name=f"rota job {job.handle}")
-        self._running[task] = job
-        task.add_done_callback(self._job_done)
-
-    def _job_done(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
+        self._launch(job, self._run_job(job), f"rota job {job.handle}")
 
     def _revoke(self, revoke: Revoke) -> None:
         for task, job in list(self._running.items()):
@@ -470,10 +386,7 @@ class RotaWorker:
         result: Result
         try:
             async with timer:
-                if task.is_async:
-                    value = await task.func(job)
-                else:
-                    value = await _in_thread(task.func, job)
+                value = await invoke(task, job, _same, f"jobwire-{job.handle}")
             result = success(job.handle, value)
         except asyncio.CancelledError:
             if not job._finished:  # cancelled from outside, not revoked: still answer
@@ -519,30 +432,5 @@ class RotaWorker:
             self._flush_soon()
 
 
-async def _in_thread(func: Callable[[RotaJob], Any], job: RotaJob) -> Any:
-    """Run a plain task in its own daemon thread (a task that blocks forever costs only it)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
-
-    def settle(result: Any, error: BaseException | None) -> None:
-        if future.done():
-            return
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)
-
-    def target() -> None:
-        result: Any = None
-        error: BaseException | None = None
-        try:
-            result = func(job)
-        except Exception as exc:
-            error = exc
-        except BaseException as exc:  # SystemExit and friends must not cross into the loop
-            error = RuntimeError(f"task raised {exc!r}")
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle, result, error)
-
-    threading.Thread(target=target, name=f"jobwire-{job.handle}", daemon=True).start()
-    return await future
+def _same(value: Any) -> Any:
+    return value
