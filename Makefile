@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install serve test lint bench clean
+.PHONY: install serve test lint bench bench-e2e clean
 
 install: $(STAMP)
 
@@ -28,5 +28,10 @@ lint: install
 bench: install
 	$(BIN)/python bench/run.py
 
+# End to end through the Python SDK vs Dramatiq, Celery, RQ and arq (needs local Redis and
+# RabbitMQ); the peers go into their own venv, bench/.venv-peers, created on first run.
+bench-e2e: install
+	$(BIN)/python bench/e2e.py
+
 clean:
-	rm -rf $(VENV) jobwire-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) bench/.venv-peers jobwire-data .pytest_cache .mypy_cache .ruff_cache
