@@ -128,7 +128,7 @@ class StubConnection:
         self.writes: list[bytes] = []
         self.wrote = asyncio.Event()
 
-    def send(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         self.writes.append(data)
         self.wrote.set()
 

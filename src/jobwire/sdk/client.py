@@ -33,6 +33,7 @@ from typing import Any, Literal, TypeVar, overload
 from jobwire.protocols.gearman import PacketType, encode_request
 from jobwire.sdk.connection import format_address, parse_address
 from jobwire.sdk.errors import ServerUnavailable, Timeout
+from jobwire.sdk.loops import new_event_loop
 from jobwire.sdk.payload import to_bytes
 from jobwire.sdk.session import (
     MAX_UNIQUE,
@@ -91,6 +92,8 @@ class AsyncClient:
         self._sessions: dict[int, Session] = {}
         self._opening: dict[int, asyncio.Task[Session]] = {}
         self._round_robin = itertools.count()
+        self._key = uuid.uuid4().hex.encode()
+        self._keys = itertools.count()
         self._closed = False
 
     async def __aenter__(self) -> AsyncClient:
@@ -129,7 +132,8 @@ class AsyncClient:
         """
         listener = Listener(on_data, on_warning, on_status)
         request = self._request(function, payload, unique, priority, False, listener)
-        outcome = await self._with_deadline(self._execute([request], self._start(unique)), timeout)
+        work = self._execute([request], self._start(unique))
+        outcome = await (work if timeout is None else self._with_deadline(work, timeout))
         return self._unwrap(outcome[0], bytes)
 
     async def submit_background(
@@ -284,7 +288,11 @@ class AsyncClient:
     ) -> Request:
         if priority not in ("normal", "high", "low"):
             raise ValueError(f"priority must be normal, high or low, not {priority!r}")
-        raw_unique = (unique if unique is not None else uuid.uuid4().hex).encode()
+        # The default key: random per client, numbered per submission (as unique as a UUID
+        # per submission, without the syscall).
+        raw_unique = (
+            unique.encode() if unique is not None else b"%s-%x" % (self._key, next(self._keys))
+        )
         if len(raw_unique) > MAX_UNIQUE:
             raise ValueError(f"unique keys are at most {MAX_UNIQUE} bytes")
         raw_function = function.encode()
@@ -328,11 +336,15 @@ class AsyncClient:
         todo = list(range(len(requests)))
         error: ServerUnavailable | None = None
         for attempt in range(self.retries + 1):
-            await self._pause(attempt)
+            if attempt:
+                await self._pause(attempt)
             index = (start + attempt) % len(self.servers)
             try:
-                session = await self._session(index)
-                results = await session.run([requests[i] for i in todo], self.timeout)
+                session = self._sessions.get(index)
+                if session is None or not session.alive:
+                    session = await self._session(index)
+                batch = requests if len(todo) == len(requests) else [requests[i] for i in todo]
+                results = await session.run(batch, self.timeout)
             except ServerUnavailable as exc:
                 results = [exc] * len(todo)
             retry = []
@@ -360,7 +372,7 @@ class AsyncClient:
                 await asyncio.sleep(min(self.backoff * 2 ** (attempt - 1), self.backoff_cap))
             try:
                 session = await self._session(index)
-                return (await session.reply(session.expect(data, reply), self.timeout)).args
+                return (await session.expect(data, reply)).args
             except ServerUnavailable as exc:
                 error = exc
         assert error is not None
@@ -407,7 +419,7 @@ class Client:
     """
 
     def __init__(self, servers: Iterable[str] = ("127.0.0.1:4730",), **options: Any) -> None:
-        self._loop = asyncio.new_event_loop()
+        self._loop = new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="jobwire-client", daemon=True
         )

@@ -2,7 +2,8 @@
 
 The connection frames bytes into packets and hands each one to its owner's callback; the
 owner (a client session or a worker link) knows what the packets mean. The connection only
-adds what every owner needs: a connect timeout and heartbeats.
+adds what every owner needs: a connect timeout, heartbeats, and output coalesced into one write
+per read or loop turn (a syscall costs more than the Python that handles a packet).
 
 Heartbeats follow the Paranoid Pirate pattern (ZeroMQ guide ch. 4) with ping-pong: any packet
 from the server counts as a sign of life; after an interval of silence we send ECHO_REQ; after
@@ -15,11 +16,14 @@ loses one tick, not the connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 from collections.abc import Callable
+from typing import cast
 
 from jobwire.protocols.gearman import Decoder, Packet, PacketType, encode_request
+from jobwire.protocols.gearman.decoder import Message
 from jobwire.sdk.errors import ServerUnavailable
 
 log = logging.getLogger("jobwire.sdk")
@@ -28,6 +32,7 @@ DEFAULT_PORT = 4730
 Address = tuple[str, int]
 
 _PING = encode_request(PacketType.ECHO_REQ, b"")
+_ECHO_RES = PacketType.ECHO_RES
 
 
 def parse_address(text: str) -> Address:
@@ -53,8 +58,18 @@ def format_address(address: Address) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-class Connection(asyncio.Protocol):
+#: Bytes read at most per read call; one buffer per connection, reused for every read.
+READ_BUFFER = 256 * 1024
+
+
+class Connection(asyncio.BufferedProtocol):
     """A Gearman connection that passes every server packet to `on_packet`.
+
+    Reads go into one buffer per connection (no allocation per read); every packet of a read is
+    handled before `after_read` is called once. Output comes two ways: `send` queues bytes and
+    flushes them all in one write at the end of the current read (or on the next loop turn, if
+    not called from a read), so a worker answers a read's jobs and asks for more in one write;
+    `write` sends at once, for requests a caller waits on.
 
     `closed` resolves (never with an exception) when the connection is gone; `error` then says
     why (None for a close we asked for).
@@ -67,12 +82,19 @@ class Connection(asyncio.Protocol):
         *,
         heartbeat: float | None = None,
         liveness: int = 3,
+        after_read: Callable[[], None] | None = None,
     ) -> None:
         self.address = address
         self.name = format_address(address)
         self._on_packet = on_packet
+        self._after_read = after_read
         self._decoder = Decoder(server_side=False)
+        self._buffer = memoryview(bytearray(READ_BUFFER))
         self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
+        self._out: list[bytes] = []
+        self._reading = False
+        self._flush_due = False
         self._heartbeat = heartbeat
         self._liveness_max = liveness
         self._liveness = liveness
@@ -80,7 +102,7 @@ class Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self.heard_anything = False
         self.error: BaseException | None = None
-        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.closed: asyncio.Future[None] = self._loop.create_future()
 
     @classmethod
     async def open(
@@ -91,13 +113,15 @@ class Connection(asyncio.Protocol):
         timeout: float,
         heartbeat: float | None = None,
         liveness: int = 3,
+        after_read: Callable[[], None] | None = None,
     ) -> Connection:
         """Connect within `timeout` seconds, or raise ServerUnavailable."""
-        conn = cls(address, on_packet, heartbeat=heartbeat, liveness=liveness)
-        loop = asyncio.get_running_loop()
+        conn = cls(
+            address, on_packet, heartbeat=heartbeat, liveness=liveness, after_read=after_read
+        )
         try:
             async with asyncio.timeout(timeout):
-                await loop.create_connection(lambda: conn, *address)
+                await conn._loop.create_connection(lambda: conn, *address)
         except (OSError, TimeoutError) as exc:
             raise ServerUnavailable(f"cannot connect to {conn.name}: {exc or 'timed out'}") from exc
         return conn
@@ -106,44 +130,61 @@ class Connection(asyncio.Protocol):
     def is_open(self) -> bool:
         return self._transport is not None and not self.closed.done()
 
-    # ------------------------------------------------------------ asyncio.Protocol
+    # ------------------------------------------------------------ asyncio.BufferedProtocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # Not an isinstance check: uvloop's transports do not subclass asyncio.Transport.
+        self._transport = cast(asyncio.Transport, transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             # Requests are small and latency-bound; do not let Nagle hold them back.
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self._heartbeat:
-            self._timer = asyncio.get_running_loop().call_later(self._heartbeat, self._tick)
+            self._timer = self._loop.call_later(self._heartbeat, self._tick)
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
         self._heard = self.heard_anything = True
-        for message in self._decoder.feed(data):
-            if not isinstance(message, Packet):
-                self.abort(ServerUnavailable(f"{self.name} sent bad data: {message}"))
-                return
-            if message.type == PacketType.ECHO_RES:
-                continue  # a heartbeat answer; hearing it was the point
-            try:
-                self._on_packet(message)
-            except ServerUnavailable as exc:  # the owner found the server talking nonsense
-                log.warning("dropping the connection: %s", exc)
-                self.abort(exc)
-                return
-            except Exception as exc:  # a bug in the owner: the session's state is unknown
-                log.exception("handling %r from %s failed", message, self.name)
-                self.abort(ServerUnavailable(f"internal error handling {message!r}: {exc}"))
-                return
-            if self.closed.done():
-                return
+        self._reading = True
+        try:
+            self._handle(self._decoder.feed(self._buffer[:nbytes].tobytes()))
+        finally:
+            self._reading = False
+            self.flush()
+
+    def _handle(self, messages: list[Message]) -> None:
+        on_packet = self._on_packet
+        message: Message | None = None
+        try:
+            for message in messages:
+                if not isinstance(message, Packet):
+                    self.abort(ServerUnavailable(f"{self.name} sent bad data: {message}"))
+                    return
+                if message.type == _ECHO_RES:
+                    continue  # a heartbeat answer; hearing it was the point
+                on_packet(message)
+                if self.closed.done():
+                    return
+            if self._after_read is not None:
+                message = None
+                self._after_read()
+        except ServerUnavailable as exc:  # the owner found the server talking nonsense
+            log.warning("dropping the connection: %s", exc)
+            self.abort(exc)
+        except Exception as exc:  # a bug in the owner: the session's state is unknown
+            what = repr(message) if message is not None else "a read"
+            log.exception("handling %s from %s failed", what, self.name)
+            self.abort(ServerUnavailable(f"internal error handling {what}: {exc}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
             self._timer.cancel()
         if self.error is None and exc is not None:
             self.error = exc
+        self._out.clear()
         if not self.closed.done():
             self.closed.set_result(None)
 
@@ -166,21 +207,46 @@ class Connection(asyncio.Protocol):
                 return
             self.send(_PING)
         assert self._heartbeat is not None
-        self._timer = asyncio.get_running_loop().call_later(self._heartbeat, self._tick)
+        self._timer = self._loop.call_later(self._heartbeat, self._tick)
 
     # ------------------------------------------------------------ output and closing
 
     def send(self, data: bytes) -> None:
-        """Queue bytes for the server; ServerUnavailable if the connection is gone."""
+        """Queue bytes for the server, written with everything else queued in this loop turn;
+        ServerUnavailable if the connection is gone."""
+        if not self.is_open:
+            raise ServerUnavailable(f"connection to {self.name} is closed: {self.error}")
+        self._out.append(data)
+        if not self._reading and not self._flush_due:
+            self._flush_due = True
+            self._loop.call_soon(self.flush)
+
+    def write(self, data: bytes) -> None:
+        """Write bytes now (after anything queued); ServerUnavailable if the connection is gone."""
         if not self.is_open:
             raise ServerUnavailable(f"connection to {self.name} is closed: {self.error}")
         assert self._transport is not None
+        if self._out:
+            self._out.append(data)
+            data = b"".join(self._out)
+            self._out.clear()
         self._transport.write(data)
+
+    def flush(self) -> None:
+        """Write what `send` queued, in one write."""
+        self._flush_due = False
+        out = self._out
+        if not out or not self.is_open:
+            return
+        assert self._transport is not None
+        self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+        out.clear()
 
     def abort(self, error: BaseException) -> None:
         """Drop the connection at once (the server is presumed dead); unsent data is lost."""
         if self.error is None:
             self.error = error
+        self._out.clear()
         if self._transport is not None:
             self._transport.abort()
         elif not self.closed.done():
@@ -189,6 +255,7 @@ class Connection(asyncio.Protocol):
     async def close(self, timeout: float = 5.0) -> None:
         """Flush what was sent, then close."""
         if self._transport is not None and not self.closed.done():
+            self.flush()
             self._transport.close()
             try:
                 async with asyncio.timeout(timeout):

@@ -12,10 +12,13 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, TypeVar
+
+from jobwire.sdk.loops import run
 
 J = TypeVar("J")
 
@@ -36,7 +39,7 @@ class Lifecycle(Generic[J]):
         self.grace_period = grace_period
         self.state = WorkerState.TERMINATED
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._running: dict[asyncio.Task[None], J] = {}
+        self._running: dict[J, asyncio.Task[None]] = {}
         self._stop: asyncio.Event | None = None
         self._hurry: asyncio.Event | None = None
         self._stop_early = False
@@ -45,8 +48,9 @@ class Lifecycle(Generic[J]):
         raise NotImplementedError
 
     def run(self) -> None:
-        """Serve until stopped. On the main thread, signals drive the lifecycle (module doc)."""
-        asyncio.run(self._main())
+        """Serve until stopped, on uvloop if it is installed. On the main thread, signals drive
+        the lifecycle (module doc)."""
+        run(self._main())
 
     async def _main(self) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -98,13 +102,19 @@ class Lifecycle(Generic[J]):
         finally:
             await shutdown()
 
-    def _launch(self, job: J, work: Coroutine[Any, Any, None], name: str) -> None:
-        task = asyncio.create_task(work, name=name)
-        self._running[task] = job
-        task.add_done_callback(self._job_done)
+    def _launch(self, job: J, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` in its own Task (started at once where asyncio can: Python 3.12+); `work`
+        must call `_ended(job)` when it is over, so no done callback is needed."""
+        task = _task(work)
+        if not task.done():  # an eager task may already have finished
+            self._running[job] = task
 
-    def _job_done(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
+    def _ended(self, job: J) -> None:
+        self._running.pop(job, None)
+        self._job_ended()
+
+    def _job_ended(self) -> None:
+        """Hook: a job just ended (its slot is free)."""
 
     # ------------------------------------------------------------ transitions
 
@@ -150,13 +160,28 @@ class Lifecycle(Generic[J]):
                 break
             hurry = asyncio.ensure_future(self._hurry.wait())
             await asyncio.wait(
-                [*self._running, hurry], timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                [*self._running.values(), hurry],
+                timeout=remaining,
+                return_when=asyncio.FIRST_COMPLETED,
             )
             hurry.cancel()
         self.state = WorkerState.TERMINATE
         if self._running:
             self._log.warning("grace period over: %s %d running job(s)", verb, len(self._running))
-        for task, job in list(self._running.items()):
+        running = list(self._running.items())
+        for job, task in running:
             fail(job)
             task.cancel()
-        await asyncio.gather(*self._running, return_exceptions=True)
+        await asyncio.gather(*(task for _, task in running), return_exceptions=True)
+        self._running.clear()  # a task cancelled before it started never called _ended
+
+
+if sys.version_info >= (3, 12):
+
+    def _task(work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        # Eager: runs up to its first real suspension now, so a job that never waits costs no
+        # loop turn, and its result goes out with the read that brought it.
+        return asyncio.Task(work, loop=asyncio.get_running_loop(), eager_start=True)
+
+else:
+    _task = asyncio.create_task

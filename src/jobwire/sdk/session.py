@@ -3,6 +3,10 @@
 Gearman servers answer a connection's requests in order, so a `Session` matches direct replies
 (JOB_CREATED, STATUS_RES, ...) to requests first in, first out, and routes WORK_* packets to
 the foreground jobs waiting on them by handle.
+
+The hot path makes no Task and no timer per request: a batch of submissions (one `submit` is a
+batch of one) is one write and one future, resolved once every job in it has its outcome; the
+reply timeout is one timer per session, armed for the oldest request still unanswered.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ _SUBMIT = {
 }
 _REPLIES = {P.JOB_CREATED, P.STATUS_RES, P.STATUS_RES_UNIQUE, P.OPTION_RES, P.ERROR}
 _WORK = {P.WORK_DATA, P.WORK_WARNING, P.WORK_STATUS, P.WORK_COMPLETE, P.WORK_FAIL, P.WORK_EXCEPTION}
+_FINAL = {P.WORK_COMPLETE, P.WORK_FAIL, P.WORK_EXCEPTION}
 MAX_UNIQUE = 64  # gearmand refuses longer unique keys
 
 DataCallback = Callable[[bytes], None]
@@ -83,8 +88,34 @@ def parse_int(raw: bytes) -> int:
         return 0
 
 
+class Batch:
+    """The outcomes of one `Session.run`, and one future that resolves when all are in."""
+
+    __slots__ = ("done", "left", "outcomes")
+
+    def __init__(self, size: int) -> None:
+        self.outcomes: list[object] = [_UNSET] * size
+        self.left = size
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def settle(self, index: int, outcome: object) -> None:
+        """Record the first outcome of request `index`; later ones are ignored."""
+        if self.outcomes[index] is not _UNSET:
+            return
+        self.outcomes[index] = outcome
+        self.left -= 1
+        if not self.left and not self.done.done():
+            self.done.set_result(None)
+
+
+_UNSET = object()
+
+
 class Listener:
-    """A foreground job's WORK_* packets: callbacks for updates, a future for the outcome."""
+    """A foreground job's WORK_* packets: callbacks for updates, its slot in a batch for the
+    outcome."""
+
+    __slots__ = ("batch", "handle", "index", "on_data", "on_status", "on_warning")
 
     def __init__(
         self,
@@ -95,15 +126,29 @@ class Listener:
         self.on_data = on_data
         self.on_warning = on_warning
         self.on_status = on_status
-        self.outcome: asyncio.Future[bytes] | None = None
+        self.batch: Batch | None = None
+        self.index = 0
+        self.handle: str | None = None
 
-    def arm(self) -> asyncio.Future[bytes]:
-        """A fresh outcome for the next attempt (a retry is a new job on the server)."""
-        self.outcome = asyncio.get_running_loop().create_future()
-        return self.outcome
+    def arm(self, batch: Batch, index: int) -> None:
+        """Report to `batch` from now on (a retry is a new job on the server)."""
+        self.batch, self.index, self.handle = batch, index, None
 
     def packet(self, packet: Packet, handle: str) -> None:
         kind, args = packet.type, packet.args
+        if kind == P.WORK_COMPLETE:
+            outcome: object = args[1]
+        elif kind == P.WORK_FAIL:
+            outcome = JobFailed(handle)
+        elif kind == P.WORK_EXCEPTION:
+            outcome = JobException(handle, args[1])
+        else:
+            self._update(kind, args, handle)
+            return
+        if self.batch is not None:
+            self.batch.settle(self.index, outcome)
+
+    def _update(self, kind: int, args: tuple[bytes, ...], handle: str) -> None:
         try:
             if kind == P.WORK_DATA and self.on_data:
                 self.on_data(args[1])
@@ -113,19 +158,10 @@ class Listener:
                 self.on_status(parse_int(args[1]), parse_int(args[2]))
         except Exception:  # the user's callback must not break the connection
             log.exception("update callback for job %s raised", handle)
-        outcome = self.outcome
-        if outcome is None or outcome.done():
-            return
-        if kind == P.WORK_COMPLETE:
-            outcome.set_result(args[1])
-        elif kind == P.WORK_FAIL:
-            outcome.set_exception(JobFailed(handle))
-        elif kind == P.WORK_EXCEPTION:
-            outcome.set_exception(JobException(handle, args[1]))
 
     def lost(self, error: BaseException) -> None:
-        if self.outcome is not None and not self.outcome.done():
-            self.outcome.set_exception(error)
+        if self.batch is not None:
+            self.batch.settle(self.index, error)
 
 
 @dataclass(slots=True)
@@ -142,8 +178,10 @@ class Request:
         return encode_request(ptype, self.function, self.unique, self.payload)
 
 
-# A pending reply: the packet type expected, its future, and for submits the listener to attach.
-Pending = tuple[PacketType, "asyncio.Future[Packet]", Listener | None]
+# A pending reply: the packet type expected, by when (loop time), and who gets it: a future
+# (`expect`), or a batch and the request's place in it with the listener to attach (`run`),
+# or nobody (OPTION_REQ).
+Pending = tuple[PacketType, float, "asyncio.Future[Packet] | Batch | None", int, Listener | None]
 
 
 class Session:
@@ -153,11 +191,14 @@ class Session:
     packet for that handle can be.
     """
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, timeout: float = 10.0) -> None:
         self.conn = conn
         self.name = conn.name
+        self.timeout = timeout
         self.pending: deque[Pending] = deque()
         self.listeners: dict[str, list[Listener]] = {}
+        self._loop = asyncio.get_running_loop()
+        self._watchdog: asyncio.TimerHandle | None = None
         conn.closed.add_done_callback(self._lost)
 
     @classmethod
@@ -171,11 +212,12 @@ class Session:
         conn = await Connection.open(
             parse_address(address), on_packet, timeout=timeout, heartbeat=heartbeat
         )
-        session = cls(conn)
+        session = cls(conn, timeout)
         # Ask for WORK_EXCEPTION (gearmand sends plain WORK_FAIL otherwise). Replies come in
         # order, so nothing needs to wait for OPTION_RES; a server without the option answers
         # ERROR, which is fine: exceptions then arrive as failures.
-        session.expect(encode_request(P.OPTION_REQ, b"exceptions"), P.OPTION_RES)
+        conn.write(encode_request(P.OPTION_REQ, b"exceptions"))
+        session._pend(P.OPTION_RES, None)
         return session
 
     @property
@@ -183,102 +225,126 @@ class Session:
         return self.conn.is_open
 
     def expect(self, data: bytes, reply: PacketType) -> asyncio.Future[Packet]:
-        """Send one request; the future gets its reply."""
-        self.conn.send(data)
-        return self._pend(reply, None)
-
-    def _pend(self, reply: PacketType, listener: Listener | None) -> asyncio.Future[Packet]:
-        future: asyncio.Future[Packet] = asyncio.get_running_loop().create_future()
-        self.pending.append((reply, future, listener))
+        """Send one request; the future gets its reply (or ServerUnavailable)."""
+        self.conn.write(data)
+        future: asyncio.Future[Packet] = self._loop.create_future()
+        self._pend(reply, future)
         return future
+
+    def _pend(self, reply: PacketType, target: asyncio.Future[Packet] | None) -> None:
+        self.pending.append((reply, self._loop.time() + self.timeout, target, 0, None))
+        self._watch()
+
+    def _watch(self) -> None:
+        if self._watchdog is None:
+            self._watchdog = self._loop.call_later(self.timeout, self._check)
+
+    def _check(self) -> None:
+        """The reply timeout: a server that leaves its oldest request unanswered is dead."""
+        self._watchdog = None
+        if not self.pending:
+            return
+        deadline = self.pending[0][1]
+        if deadline <= self._loop.time():
+            self.conn.abort(ServerUnavailable(f"{self.name} did not answer within {self.timeout}s"))
+        else:
+            self._watchdog = self._loop.call_at(deadline, self._check)
 
     def packet(self, packet: Packet) -> None:
         kind = packet.type
         if kind in _WORK:
             # gearmand ends a WORK_FAIL it converted from an exception with a NUL.
-            handle = packet.args[0].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            for waiting in self.listeners.get(handle, ()):
-                waiting.packet(packet, handle)
-            if kind in (P.WORK_COMPLETE, P.WORK_FAIL, P.WORK_EXCEPTION):
-                self.listeners.pop(handle, None)
+            raw = packet.args[0]
+            if kind != P.WORK_COMPLETE:
+                raw = raw.split(b"\0", 1)[0]
+            handle = raw.decode("utf-8", "surrogateescape")
+            if kind in _FINAL:
+                waiting = self.listeners.pop(handle, ())
+            else:
+                waiting = self.listeners.get(handle, ())
+            for each in waiting:
+                each.packet(packet, handle)
             return
         if kind not in _REPLIES:
             log.debug("ignoring unexpected %r from %s", packet, self.name)
             return
         if not self.pending:
             raise ServerUnavailable(f"{self.name} sent {packet!r} unasked")
-        expected, future, listener = self.pending.popleft()
+        expected, _, target, index, listener = self.pending.popleft()
         if kind == P.ERROR:
             code, text = (arg.decode("utf-8", "replace") for arg in packet.args)
-            if expected != P.OPTION_RES and not future.done():
-                future.set_exception(ServerError(code, text))
+            _resolve(target, index, ServerError(code, text))
             return
         if kind != expected:
             raise ServerUnavailable(f"{self.name} sent {packet!r} instead of {expected.name}")
-        if listener is not None:
-            handle = packet.args[0].decode("utf-8", "surrogateescape")
+        if not isinstance(target, Batch):
+            _resolve(target, index, packet)
+            return
+        handle = packet.args[0].decode("utf-8", "surrogateescape")
+        if listener is None:
+            target.settle(index, Handle(handle, self.name))
+        elif listener.batch is target and target.outcomes[index] is _UNSET:
+            listener.handle = handle
             self.listeners.setdefault(handle, []).append(listener)
-        if not future.done():
-            future.set_result(packet)
 
-    def forget(self, handle: str, listener: Listener) -> None:
+    def forget(self, listener: Listener) -> None:
         """The caller stopped waiting (timeout, cancel): updates for the job are dropped."""
-        listeners = self.listeners.get(handle)
+        listener.batch = None
+        listeners = self.listeners.get(listener.handle or "")
         if listeners and listener in listeners:
             listeners.remove(listener)
             if not listeners:
-                del self.listeners[handle]
+                del self.listeners[listener.handle or ""]
 
     def _lost(self, _: object) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
         error = ServerUnavailable(f"lost connection to {self.name}: {self.conn.error}")
         while self.pending:
-            future = self.pending.popleft()[1]
-            if not future.done():
-                future.set_exception(error)
+            _, _, target, index, _ = self.pending.popleft()
+            _resolve(target, index, error)
         for listeners in self.listeners.values():
             for listener in listeners:
                 listener.lost(error)
         self.listeners.clear()
 
-    async def reply(self, future: asyncio.Future[Packet], timeout: float) -> Packet:
-        """Wait for a direct reply; no reply within `timeout` means the server is presumed dead."""
-        await asyncio.wait([future], timeout=timeout)
-        if not future.done():
-            error = ServerUnavailable(f"{self.name} did not answer within {timeout}s")
-            self.conn.abort(error)
-            future.cancel()
-            raise error
-        return future.result()
-
-    async def run(self, requests: list[Request], timeout: float) -> list[object]:
+    async def run(self, requests: list[Request], timeout: float | None = None) -> list[object]:
         """Submit `requests` in one write; each outcome is the result (foreground), a Handle
         (background), or the exception that ended it (ServerUnavailable means: retry it)."""
-        for request in requests:
-            if request.listener is not None:
-                request.listener.arm()
+        if timeout is not None:
+            self.timeout = timeout
         # One write for the whole batch: pipelining is the point of submit_many.
-        self.conn.send(b"".join(request.encode() for request in requests))
-        created = [self._pend(P.JOB_CREATED, request.listener) for request in requests]
-        await asyncio.wait(created, timeout=timeout)
-        if not all(future.done() for future in created):
-            self.conn.abort(ServerUnavailable(f"{self.name} did not answer within {timeout}s"))
-            for future in created:
-                future.cancel()  # these will never be answered
-
-        async def finish(request: Request, future: asyncio.Future[Packet]) -> object:
-            if future.cancelled():
-                raise ServerUnavailable(f"{self.name} did not answer within {timeout}s")
-            handle = future.result().args[0].decode("utf-8", "surrogateescape")
-            listener = request.listener
-            if listener is None:
-                return Handle(handle, self.name)
-            assert listener.outcome is not None
-            try:
-                return await listener.outcome
-            finally:
-                self.forget(handle, listener)
-
-        return await asyncio.gather(
-            *(finish(request, future) for request, future in zip(requests, created, strict=True)),
-            return_exceptions=True,
+        self.conn.write(
+            requests[0].encode()
+            if len(requests) == 1
+            else b"".join(request.encode() for request in requests)
         )
+        batch = Batch(len(requests))
+        deadline = self._loop.time() + self.timeout
+        pend = self.pending.append
+        for index, request in enumerate(requests):
+            listener = request.listener
+            if listener is not None:
+                listener.arm(batch, index)
+            pend((P.JOB_CREATED, deadline, batch, index, listener))
+        self._watch()
+        try:
+            await batch.done
+        finally:
+            if batch.left:  # cancelled (the caller's timeout): stop listening
+                for request in requests:
+                    if request.listener is not None and request.listener.batch is batch:
+                        self.forget(request.listener)
+        return batch.outcomes
+
+
+def _resolve(target: asyncio.Future[Packet] | Batch | None, index: int, outcome: object) -> None:
+    """Hand a direct reply, or the exception that replaces it, to whoever waits for it."""
+    if isinstance(target, Batch):
+        target.settle(index, outcome)
+    elif target is not None and not target.done():
+        if isinstance(outcome, BaseException):
+            target.set_exception(outcome)
+        else:
+            target.set_result(outcome)  # type: ignore[arg-type]

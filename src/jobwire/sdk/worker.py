@@ -2,9 +2,13 @@
 
 Shape (many-to-many): one connection per server, one shared budget of `concurrency` job slots.
 A connection only sends GRAB_JOB_UNIQ while a slot is free (a GRAB in flight reserves one), so the
-worker never holds more than `concurrency` jobs; after NO_JOB it sends PRE_SLEEP and waits for the
-server's NOOP. It never polls. A NOOP that arrives while all slots are busy is remembered and acted
-on when a slot frees.
+worker never holds more than `concurrency` jobs. Grabs are pipelined: after a wake-up (connect,
+NOOP) a connection sends one GRAB; once a GRAB brings a job, the server evidently has work, and
+the connection keeps a GRAB in flight for every free slot. Each GRAB is answered (JOB_ASSIGN or
+NO_JOB); when the last one in flight came back NO_JOB the connection sends PRE_SLEEP and waits for
+the server's NOOP. It never polls. A NOOP that arrives while all slots are busy is remembered and
+acted on when a slot frees. Results and the GRABs that follow them go out in one write per read
+or loop turn.
 
 Reliability (Paranoid Pirate, ZeroMQ guide ch. 4): every connection heartbeats (see
 `connection.py`); a connection that drops or stops answering is reopened after an exponential
@@ -48,6 +52,7 @@ P = PacketType
 F = TypeVar("F", bound=Callable[..., Any])
 
 _GRAB = encode_request(P.GRAB_JOB_UNIQ)
+_ENDING = (WorkerState.TERMINATE, WorkerState.TERMINATED)
 _PRE_SLEEP = encode_request(P.PRE_SLEEP)
 _RESET = encode_request(P.RESET_ABILITIES)
 
@@ -160,13 +165,18 @@ class _Link:
         self.address = parse_address(address)
         self.name = format_address(self.address)
         self.conn: Connection | None = None
-        self.grabbing = False  # a GRAB is in flight (it reserves a slot)
+        self.grabs = 0  # GRABs in flight (each reserves a slot)
         self.wants_grab = False  # the server may have work for us (just connected, or NOOP)
+        self.hot = False  # the last GRAB answered brought a job: keep every free slot grabbing
         self.registered = False  # abilities sent on this connection
 
     @property
     def ready(self) -> bool:
         return self.conn is not None and self.conn.is_open
+
+
+def _debug() -> bool:
+    return log.isEnabledFor(logging.DEBUG)
 
 
 def _describe(exc: BaseException) -> bytes:
@@ -264,9 +274,9 @@ class Worker(Lifecycle[Job]):
 
     def _unregister_idle(self) -> None:
         """Quiet: drop the abilities of connections that hold no job and await no grab."""
-        busy = {job._conn for job in self._running.values()}
+        busy = {job._conn for job in self._running}
         for link in self._links:
-            if link.registered and link.ready and not link.grabbing and link.conn not in busy:
+            if link.registered and link.ready and not link.grabs and link.conn not in busy:
                 assert link.conn is not None
                 link.conn.send(_RESET)
                 link.registered = False
@@ -315,11 +325,12 @@ class Worker(Lifecycle[Job]):
                     functools.partial(self._on_packet, link),
                     timeout=self.connect_timeout,
                     heartbeat=self.heartbeat,
+                    after_read=self._settle,
                 )
             except ServerUnavailable as exc:
                 log.info("%s; retrying in %.2gs", exc, delay)
             else:
-                link.conn, link.grabbing, link.wants_grab = conn, False, True
+                link.conn, link.grabs, link.wants_grab, link.hot = conn, 0, True, False
                 hello = encode_request(P.SET_CLIENT_ID, self.client_id.encode())
                 link.registered = self.state is WorkerState.RUNNING
                 if link.registered:
@@ -328,8 +339,9 @@ class Worker(Lifecycle[Job]):
                 log.info("connected to %s", link.name)
                 self._dispatch()
                 await asyncio.shield(conn.closed)  # cancelling us must not cancel `closed`
-                link.grabbing = link.wants_grab = link.registered = False
-                self._dispatch()  # the slot its GRAB reserved may be usable elsewhere
+                link.grabs = 0
+                link.wants_grab = link.hot = link.registered = False
+                self._dispatch()  # the slots its GRABs reserved may be usable elsewhere
                 if conn.heard_anything:
                     delay = self.reconnect_base  # it worked for a while: start over
                 log.warning("lost %s (%s); reconnecting in %.2gs", link.name, conn.error, delay)
@@ -337,19 +349,23 @@ class Worker(Lifecycle[Job]):
             delay = min(delay * 2, self.reconnect_cap)
 
     def _on_packet(self, link: _Link, packet: Packet) -> None:
+        """One packet of a read; the connection calls `_settle` once the read is handled."""
         kind = packet.type
-        if kind == P.NOOP:
-            link.wants_grab = True
-        elif kind == P.NO_JOB:
-            link.grabbing = link.wants_grab = False
-            if self.state is WorkerState.RUNNING:
-                assert link.conn is not None
-                link.conn.send(_PRE_SLEEP)
-        elif kind in (P.JOB_ASSIGN_UNIQ, P.JOB_ASSIGN):
-            link.grabbing = False
+        if kind == P.JOB_ASSIGN_UNIQ or kind == P.JOB_ASSIGN:
+            link.grabs -= 1
+            link.wants_grab = link.hot = True  # the server has work: grab for every free slot
             args = packet.args
             unique = args[2] if kind == P.JOB_ASSIGN_UNIQ else b""
             self._start(link, args[0], args[1], unique, args[-1])
+        elif kind == P.NO_JOB:
+            link.grabs = max(0, link.grabs - 1)
+            link.wants_grab = link.hot = False  # later news than any NOOP or job before it
+            # Sleep only once every GRAB is answered: one still in flight may bring a job.
+            if not link.grabs and self.state is WorkerState.RUNNING:
+                assert link.conn is not None
+                link.conn.send(_PRE_SLEEP)
+        elif kind == P.NOOP:
+            link.wants_grab = True
         elif kind == P.ERROR:
             code, text = (arg.decode("utf-8", "replace") for arg in packet.args)
             # JOB_NOT_FOUND answers the WORK_FAIL we send after WORK_EXCEPTION (the server had
@@ -358,7 +374,6 @@ class Worker(Lifecycle[Job]):
             log.log(level, "%s: ERROR %s %s", link.name, code, text)
         else:
             log.debug("%s: ignoring %r", link.name, packet)
-        self._settle()
 
     def _settle(self) -> None:
         """After any change in jobs or grabs: grab if running, else unregister what is idle."""
@@ -368,22 +383,30 @@ class Worker(Lifecycle[Job]):
             self._unregister_idle()
 
     def _dispatch(self) -> None:
-        """Grab on servers that may have work, while slots are free; rotate for fairness."""
+        """Grab on servers that may have work, while slots are free, one GRAB per server and
+        round (rotating for fairness); a hot server gets more rounds, a cold one a single probe.
+        The GRABs are queued, not written: they go out with this turn's results."""
         if self.state is not WorkerState.RUNNING:
             return
         links = self._links
+        free = self.concurrency - len(self._running) - sum(lk.grabs for lk in links)
         count = len(links)
-        start = self._next_link
-        for step in range(count):
-            free = self.concurrency - len(self._running) - sum(lk.grabbing for lk in links)
-            if free <= 0:
-                return
-            link = links[(start + step) % count]
-            if link.wants_grab and not link.grabbing and link.ready:
-                assert link.conn is not None
-                link.grabbing = True
-                link.conn.send(_GRAB)
-                self._next_link = (start + step + 1) % count
+        granted = True
+        while free > 0 and granted:
+            granted = False
+            start = self._next_link
+            for step in range(count):
+                index = (start + step) % count
+                link = links[index]
+                if link.wants_grab and (link.hot or not link.grabs) and link.ready:
+                    assert link.conn is not None
+                    link.conn.send(_GRAB)
+                    link.grabs += 1
+                    self._next_link = (index + 1) % count
+                    granted = True
+                    free -= 1
+                    if not free:
+                        return
 
     # ------------------------------------------------------------ jobs
 
@@ -391,7 +414,7 @@ class Worker(Lifecycle[Job]):
         self, link: _Link, handle: bytes, function: bytes, unique: bytes, payload: bytes
     ) -> None:
         assert link.conn is not None and self._loop is not None
-        if self.state in (WorkerState.TERMINATE, WorkerState.TERMINATED):
+        if self.state in _ENDING:
             # Too late to run it: closing the connection hands it back to the server.
             log.info("not starting job %s: shutting down", handle.decode("utf-8", "replace"))
             return
@@ -403,42 +426,67 @@ class Worker(Lifecycle[Job]):
             link.conn,
             self._loop,
         )
-        self._launch(job, self._run_job(job), f"jobwire job {job.handle}")
+        self._launch(job, self._run_job(job, handle))
 
-    def _job_done(self, task: asyncio.Task[None]) -> None:
-        super()._job_done(task)
+    def _job_ended(self) -> None:
         self._settle()
 
-    async def _run_job(self, job: Job) -> None:
-        handle = job.handle.encode()
-        task = self.tasks.get(job.function)
-        if task is None:  # the server sent a function we never registered
-            log.warning("no task for %s; failing job %s", job.function, job.handle)
-            job._finish(encode_request(P.WORK_FAIL, handle))
-            return
-        log.debug("job %s (%s) started", job.handle, job.function)
+    async def _run_job(self, job: Job, handle: bytes) -> None:
+        try:
+            task = self.tasks.get(job.function)
+            if task is None:  # the server sent a function we never registered
+                log.warning("no task for %s; failing job %s", job.function, job.handle)
+                job._finish(encode_request(P.WORK_FAIL, handle))
+            elif task.timeout is None and task.is_async:
+                await self._run_async(job, handle, task)
+            else:
+                await self._run_guarded(job, handle, task)
+        finally:
+            self._ended(job)
+
+    async def _run_async(self, job: Job, handle: bytes, task: Task[Job]) -> None:
+        """The common case, kept lean: an async task without a timeout."""
+        try:
+            result = to_bytes(await task.func(job))
+        except BaseException as exc:
+            self._failed(job, handle, exc, timed_out=False)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        else:
+            job._finish(encode_request(P.WORK_COMPLETE, handle, result))
+
+    async def _run_guarded(self, job: Job, handle: bytes, task: Task[Job]) -> None:
+        """A thread task, or one with a timeout."""
+        if _debug():
+            log.debug("job %s (%s) started", job.handle, job.function)
         timer = asyncio.timeout(task.timeout)
         try:
             async with timer:
                 result = await invoke(task, job, to_bytes, f"jobwire-{job.handle}")
-        except asyncio.CancelledError:
-            if not job._finished:  # cancelled from outside, not by terminate: still answer
-                job._finish(encode_request(P.WORK_FAIL, handle))
-            raise
-        except JobFailed:
-            job._finish(encode_request(P.WORK_FAIL, handle))
-        except BaseException as exc:  # even SystemExit from a task must not end the worker
-            if timer.expired():
-                log.warning("job %s (%s) timed out", job.handle, job.function)
-                job._finish(encode_request(P.WORK_FAIL, handle))
-            else:
-                log.exception("job %s (%s) raised", job.handle, job.function)
-                # Servers that end the job on WORK_EXCEPTION answer the WORK_FAIL with ERROR
-                # JOB_NOT_FOUND (ignored); the WORK_FAIL is for those that do not.
-                job._finish(
-                    encode_request(P.WORK_EXCEPTION, handle, _describe(exc))
-                    + encode_request(P.WORK_FAIL, handle)
-                )
+        except BaseException as exc:
+            self._failed(job, handle, exc, timed_out=timer.expired())
+            if isinstance(exc, asyncio.CancelledError):
+                raise
         else:
             job._finish(encode_request(P.WORK_COMPLETE, handle, result))
-            log.debug("job %s (%s) done", job.handle, job.function)
+            if _debug():
+                log.debug("job %s (%s) done", job.handle, job.function)
+
+    @staticmethod
+    def _failed(job: Job, handle: bytes, exc: BaseException, *, timed_out: bool) -> None:
+        if isinstance(exc, asyncio.CancelledError):
+            if not job._finished:  # cancelled from outside, not by terminate: still answer
+                job._finish(encode_request(P.WORK_FAIL, handle))
+        elif isinstance(exc, JobFailed):
+            job._finish(encode_request(P.WORK_FAIL, handle))
+        elif timed_out:
+            log.warning("job %s (%s) timed out", job.handle, job.function)
+            job._finish(encode_request(P.WORK_FAIL, handle))
+        else:  # even SystemExit from a task must not end the worker
+            log.exception("job %s (%s) raised", job.handle, job.function)
+            # Servers that end the job on WORK_EXCEPTION answer the WORK_FAIL with ERROR
+            # JOB_NOT_FOUND (ignored); the WORK_FAIL is for those that do not.
+            job._finish(
+                encode_request(P.WORK_EXCEPTION, handle, _describe(exc))
+                + encode_request(P.WORK_FAIL, handle)
+            )

@@ -367,10 +367,10 @@ class RotaWorker(Lifecycle[RotaJob]):
         if self.state in (WorkerState.TERMINATE, WorkerState.TERMINATED):
             self._finish(job, Failure(job.handle, "worker_shutdown", "stopping", retryable=True))
             return
-        self._launch(job, self._run_job(job), f"rota job {job.handle}")
+        self._launch(job, self._run_job(job))
 
     def _revoke(self, revoke: Revoke) -> None:
-        for task, job in list(self._running.items()):
+        for job, task in list(self._running.items()):
             if job.handle == revoke.job:
                 log.info("job %s revoked by the server: %s", job.handle, revoke.reason)
                 job._finished = True  # nothing more is sent for it
@@ -378,6 +378,12 @@ class RotaWorker(Lifecycle[RotaJob]):
                 task.cancel()
 
     async def _run_job(self, job: RotaJob) -> None:
+        try:
+            await self._run_task(job)
+        finally:
+            self._ended(job)
+
+    async def _run_task(self, job: RotaJob) -> None:
         task = self.tasks.get(job.function)
         if task is None:
             self._finish(job, Failure(job.handle, "no_task", f"no task for {job.function}"))
