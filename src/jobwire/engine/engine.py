@@ -218,17 +218,15 @@ class Engine:
         if fn.max_queue is not None:
             self._check_max_queue(fn, priority)
         now = self.clock()
-        if job_id is None:
-            job_id = f"{self._handle_prefix}{next(self._handle_numbers)}"
         job = Job(
-            job_id,
+            job_id or f"{self._handle_prefix}{next(self._handle_numbers)}",
             function,
             payload,
-            queue=queue,
-            unique=unique,
-            priority=priority,
-            background=background,
-            created_at=now,
+            queue,
+            unique,
+            priority,
+            background,
+            now,
         )
         job.max_attempts = max_attempts if max_attempts is not None else self.config.job_retries
         job.lease_timeout = lease_timeout
@@ -245,12 +243,52 @@ class Engine:
             job.state = JobState.PENDING
         else:
             self._make_available(job, fn)
-        if background and self._durable:
+        self._accepted(job)
+        return job, True
+
+    def enqueue(
+        self,
+        function: str,
+        payload: bytes,
+        priority: int = PRIORITY_NORMAL,
+        background: bool = True,
+        subscriber: Subscriber | None = None,
+    ) -> Job:
+        """`submit` without a unique key or options: the hot path of every protocol.
+
+        Positional arguments only, because keyword arguments cost more than the rest of
+        the call. Raises QueueFull.
+        """
+        fn = self.functions.get(function) or self.function(function)
+        if fn.max_queue is not None:
+            self._check_max_queue(fn, priority)
+        job = Job(
+            f"{self._handle_prefix}{next(self._handle_numbers)}",
+            function,
+            payload,
+            None,
+            None,
+            priority,
+            background,
+            self.clock(),
+        )
+        if self.config.job_retries is not None:
+            job.max_attempts = self.config.job_retries
+        self.jobs[job.id] = job
+        if subscriber is not None:
+            job.subscribers = [subscriber]
+        self._make_available(job, fn)
+        if self._durable or self.observers:
+            self._accepted(job)
+        return job
+
+    def _accepted(self, job: Job) -> None:
+        """Log a new job to the store and tell the observers."""
+        if job.background and self._durable:
             self.store.job_saved(job)
         if self.observers:
             scheduled = job.state is JobState.SCHEDULED
             self._observe("job.scheduled" if scheduled else "job.enqueued", job)
-        return job, True
 
     def _check_max_queue(self, fn: FunctionInfo, priority: int) -> None:
         assert fn.max_queue is not None
@@ -277,7 +315,7 @@ class Engine:
         if not front:
             job.seq = next(self._seq)
         lane = fn.lanes.get(job.queue) or self._lane(fn, job.queue)
-        lane.push(job, front=front)
+        lane.push(job, front)
         if fn.waiters:
             self._notify(fn, job)
 

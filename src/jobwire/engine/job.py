@@ -93,7 +93,7 @@ class Job:
         job_id: str,
         function: str,
         payload: bytes,
-        *,
+        # Positional-or-keyword: the submit hot paths pass them positionally (cheaper).
         queue: str | None = None,
         unique: str | None = None,
         priority: int = PRIORITY_NORMAL,

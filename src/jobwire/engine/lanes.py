@@ -30,7 +30,7 @@ class Lane:
         self.count = 0  # live available jobs
         self.stale = 0  # entries of jobs that left without being popped
 
-    def push(self, job: Job, *, front: bool = False) -> None:
+    def push(self, job: Job, front: bool = False) -> None:
         """Queue a job; `front` puts a job back (a requeue) ahead of younger ones.
 
         Each level stays in `seq` order: requeued jobs line up by when they were first

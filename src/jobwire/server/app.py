@@ -75,6 +75,24 @@ async def serve_http(ojs: OJSService, rota: RotaService, host: str, port: int) -
     return runner
 
 
+#: Container allocations between young-generation collections (CPython's default: 700).
+GC_YOUNG_THRESHOLD = 50_000
+
+
+def tune_gc() -> None:
+    """Keep the cyclic garbage collector off the job hot paths.
+
+    Queued jobs are long-lived and never form cycles, yet every collection of the older
+    generations walks all of them: with CPython's defaults that was a fifth of the CPU
+    time of a pipelined enqueue. Freezing moves what start-up allocated (replayed jobs
+    included) out of the collector's sight; the higher thresholds make the collector run
+    per 50,000 allocations, still often enough to free the rare cycle (an exception's
+    traceback) promptly.
+    """
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, 20, 100)
+
+
 class Server:
     """A running jobwire: call `serve()` and it returns after SIGTERM/SIGINT."""
 
@@ -99,6 +117,7 @@ class Server:
             raise SystemExit(f"jobwire: cannot replay the store: {exc}") from exc
         finally:
             gc.enable()
+        tune_gc()
         if restored:
             seconds = time.perf_counter() - started
             log.info("restored %d jobs from the store in %.2fs", restored, seconds)

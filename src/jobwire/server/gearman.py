@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import socket
+import struct
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,6 +81,24 @@ _ACTIVE = JobState.ACTIVE
 _FINAL_EVENTS = (_EV_COMPLETE, _EV_FAIL, _EV_EXCEPTION)
 
 NOT_STORED = encode(_ERROR, b"QUEUE_ERROR", b"Job could not be stored")
+
+# The hot path (`GearmanConnection._run_hot`) reads headers as three integers.
+_unpack_header = struct.Struct(">III").unpack_from
+_REQ = int.from_bytes(b"\0REQ", "big")
+_GRAB_JOB_T = int(T.GRAB_JOB)
+_GRAB_JOB_UNIQ_T = int(T.GRAB_JOB_UNIQ)
+_WORK_COMPLETE_T = int(T.WORK_COMPLETE)
+_PRE_SLEEP_T = int(T.PRE_SLEEP)
+#: SUBMIT_JOB* packets without extra fields: type -> (priority, background).
+_PLAIN_SUBMITS: dict[int, tuple[int, bool]] = {
+    T.SUBMIT_JOB: (PRIORITY_NORMAL, False),
+    T.SUBMIT_JOB_BG: (PRIORITY_NORMAL, True),
+    T.SUBMIT_JOB_HIGH: (PRIORITY_HIGH, False),
+    T.SUBMIT_JOB_HIGH_BG: (PRIORITY_HIGH, True),
+    T.SUBMIT_JOB_LOW: (PRIORITY_LOW, False),
+    T.SUBMIT_JOB_LOW_BG: (PRIORITY_LOW, True),
+}
+_JOB_CREATED_HEAD = b"\0RES" + _JOB_CREATED.to_bytes(4, "big")
 
 
 @dataclass(slots=True)
@@ -182,10 +201,91 @@ class GearmanConnection(asyncio.Protocol):
         if isinstance(peer, tuple) and peer:
             self.peer_ip = str(peer[0])
 
+    #: Handle the common packets in `_run_hot`; False sends everything through the decoder
+    #: (the reference behaviour the hot path must match: see tests/server/test_hot_path.py).
+    hot_path = True
+
     def data_received(self, data: bytes) -> None:
         store = self.engine.store
         writes_before = store.write_count
         self.dirty = True  # replies to this read are flushed below, not at the end of the turn
+        decoder = self.decoder
+        if decoder.buffered:
+            if decoder.short_of(len(data)):  # the buffered packet is still incomplete
+                decoder.feed(data)
+                return
+            data = decoder.take_buffered() + data
+        if self.hot_path and not decoder.failed:
+            done = self._run_hot(data)
+            if done:
+                data = data[done:]
+        if data:
+            self._run_messages(data)
+        if store.write_count != writes_before:
+            # Acknowledge only what is durable: hold this connection's output until commit.
+            if not self.holds:
+                self.released = self.sent
+            end = self.sent + len(self.out)
+            self.holds.append(end)
+            store.after_commit(lambda ok: self._release(end, ok))
+        self.flush()
+
+    def _run_hot(self, data: bytes) -> int:
+        """Handle the complete packets at the front of `data`; return the bytes consumed.
+
+        The common packets (submit without a unique id, grab, complete, sleep) are handled
+        here without building messages; any other complete packet goes through the decoder
+        on its own. A text line, a partial or oversized packet or a bad magic stops the
+        run: the decoder takes the rest, so framing errors are handled in one place.
+        """
+        pos = 0
+        end = len(data)
+        max_packet = self.decoder.max_packet
+        while end - pos >= 12:
+            magic, ptype, size = _unpack_header(data, pos)
+            start = pos + 12
+            stop = start + size
+            if magic != _REQ or stop > end or size > max_packet:
+                break
+            try:
+                if ptype == _WORK_COMPLETE_T:
+                    fields = data[start:stop].split(b"\0", 1)
+                    if len(fields) == 2:
+                        job = self.held(fields[0])
+                        if job is not None:
+                            self.engine.complete(job, fields[1])
+                        pos = stop
+                        continue
+                elif ptype in (_GRAB_JOB_T, _GRAB_JOB_UNIQ_T):
+                    self.grab((), ptype)
+                    pos = stop
+                    continue
+                elif ptype == _PRE_SLEEP_T:
+                    self.pre_sleep(())
+                    pos = stop
+                    continue
+                else:
+                    plain = _PLAIN_SUBMITS.get(ptype)
+                    if plain is not None:
+                        fields = data[start:stop].split(b"\0", 2)
+                        if len(fields) == 3 and not fields[1]:  # no unique id
+                            self.submit_plain(fields[0], fields[2], *plain)
+                            pos = stop
+                            continue
+            except Exception:  # one bad request must not take the connection down
+                log.exception("handling packet type %d failed", ptype)
+                self.error("SERVER_ERROR", "Internal error handling the request")
+                pos = stop
+                continue
+            # Any other packet, or a malformed common one: the general way, on its own.
+            self._run_messages(data[pos:stop])
+            if self.decoder.failed:  # an unknown packet type: nothing after it is read
+                return end
+            pos = stop
+        return pos
+
+    def _run_messages(self, data: bytes) -> None:
+        """Decode `data` into messages and handle each (every packet type, errors, admin)."""
         for message in self.decoder.feed(data):
             if type(message) is Packet:
                 handler = HANDLERS.get(message.type)
@@ -205,14 +305,6 @@ class GearmanConnection(asyncio.Protocol):
                 if message.fatal:
                     self.close_after_flush()
                     break
-        if store.write_count != writes_before:
-            # Acknowledge only what is durable: hold this connection's output until commit.
-            if not self.holds:
-                self.released = self.sent
-            end = self.sent + len(self.out)
-            self.holds.append(end)
-            store.after_commit(lambda ok: self._release(end, ok))
-        self.flush()
 
     def _release(self, end: int, ok: bool) -> None:
         """The batch that ended at `end` is durable, or (not ok) its commit failed."""
@@ -392,6 +484,28 @@ class GearmanConnection(asyncio.Protocol):
         elif self.durable:
             self.acks.append((self.sent + len(self.out), job, created))
         self.send(encode(_JOB_CREATED, job.id.encode()))
+
+    def submit_plain(
+        self, raw_function: bytes, payload: bytes, priority: int, background: bool
+    ) -> None:
+        """`submit` without a unique id or options (the hot path)."""
+        try:
+            job = self.engine.enqueue(
+                self.server.name(raw_function),
+                payload,
+                priority,
+                background,
+                None if background else self,
+            )
+        except QueueFull as exc:
+            self.error("QUEUE_ERROR", str(exc))
+            return
+        if not background:
+            self.waiting[job] = None
+        elif self.durable:
+            self.acks.append((self.sent + len(self.out), job, True))
+        handle = job.id.encode()
+        self.send(_JOB_CREATED_HEAD + len(handle).to_bytes(4, "big") + handle)
 
     def submit_epoch(self, args: tuple[bytes, ...]) -> None:
         raw_epoch = args[2]

@@ -115,6 +115,21 @@ class Decoder:
     def buffered(self) -> int:
         return len(self._buf)
 
+    def short_of(self, more: int) -> bool:
+        """Would the buffered packet still be incomplete after `more` bytes?
+
+        Lets a caller that parses reads itself hand a large packet's pieces to `feed`
+        (which only appends them) instead of copying the growing buffer on every read.
+        """
+        return len(self._buf) + more < self._need
+
+    def take_buffered(self) -> bytes:
+        """Remove and return the incomplete message carried over from earlier feeds."""
+        data = bytes(self._buf)
+        self._buf.clear()
+        self._need = 0
+        return data
+
     def feed(self, data: bytes) -> list[Message]:
         """Add bytes; return every message now complete.
 
