@@ -197,9 +197,11 @@ def as_json(data: bytes) -> Any:
 class FakeServer:
     """A scripted Gearman server that records every packet, per connection.
 
-    While `answering`, it replies NO_JOB to grabs, ECHO_RES to pings, OPTION_RES to options
-    and JOB_CREATED to SUBMIT_JOB (and then never runs the job); otherwise it reads and stays
-    silent, like a hung server. With `answer_pings` off it answers everything but pings.
+    While `answering`, it answers grabs with the next of `jobs` (function, payload) as
+    JOB_ASSIGN_UNIQ or with NO_JOB, pings with ECHO_RES, options with OPTION_RES and SUBMIT_JOB
+    with JOB_CREATED (and then never runs the job); otherwise it reads and stays silent, like a
+    hung server. With `answer_pings` off it answers everything but pings. `reads` holds the
+    packet types of each read, per connection: what the peer sent in one write.
     """
 
     def __init__(self) -> None:
@@ -210,6 +212,8 @@ class FakeServer:
         self.answering = True
         self.answer_pings = True
         self.connections: list[list[Packet]] = []
+        self.reads: list[list[list[PacketType]]] = []
+        self.jobs: list[tuple[bytes, bytes]] = []
         self.sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -220,19 +224,29 @@ class FakeServer:
             except OSError:
                 return
             packets: list[Packet] = []
+            reads: list[list[PacketType]] = []
             self.connections.append(packets)
+            self.reads.append(reads)
             self.sockets.append(sock)
-            threading.Thread(target=self._serve, args=(sock, packets), daemon=True).start()
+            threading.Thread(target=self._serve, args=(sock, packets, reads), daemon=True).start()
 
-    def _serve(self, sock: socket.socket, packets: list[Packet]) -> None:
+    def _serve(
+        self, sock: socket.socket, packets: list[Packet], reads: list[list[PacketType]]
+    ) -> None:
         decoder = Decoder()
         while data := _recv(sock):
-            for packet in decoder.feed(data):
+            messages = decoder.feed(data)
+            reads.append([PacketType(m.type) for m in messages if isinstance(m, Packet)])
+            for packet in messages:
                 assert isinstance(packet, Packet)
                 packets.append(packet)
                 if not self.answering:
                     continue
-                if packet.type == P.GRAB_JOB_UNIQ:
+                if packet.type == P.GRAB_JOB_UNIQ and self.jobs:
+                    function, payload = self.jobs.pop(0)
+                    handle = b"H:fake:%d" % len(packets)
+                    sock.sendall(encode(P.JOB_ASSIGN_UNIQ, handle, function, handle, payload))
+                elif packet.type == P.GRAB_JOB_UNIQ:
                     sock.sendall(encode(P.NO_JOB))
                 elif packet.type == P.ECHO_REQ and self.answer_pings:
                     sock.sendall(encode(P.ECHO_RES, packet.args[0]))

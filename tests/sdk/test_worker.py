@@ -3,6 +3,7 @@ workers and restarted servers (Paranoid Pirate)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -81,6 +82,26 @@ def test_sleeps_instead_of_polling_and_reconnects_when_the_server_hangs() -> Non
         # Only ECHO_REQ pings were sent to the silent server before the worker dropped it.
         silent = server.types(0)[len(first) :]
         assert set(silent) <= {P.ECHO_REQ}
+
+
+def test_grabs_are_pipelined_once_the_server_has_work() -> None:
+    """One GRAB probes a server; once it brings a job, every free slot gets a GRAB, all in one
+    write; the worker sleeps when the last of them comes back NO_JOB, and holds no more jobs
+    than its slots."""
+    markers = Markers()
+    with fake_server() as server:
+        server.jobs = [(b"block", json.dumps(markers.spec(f"p{i}")).encode()) for i in range(3)]
+        with worker_thread([server.address], concurrency=4):
+            pids = [markers.wait_started(f"p{i}") for i in range(3)]
+            wait_until(lambda: P.PRE_SLEEP in server.types(0), "the worker went to sleep")
+            grabs = [read.count(P.GRAB_JOB_UNIQ) for read in server.reads[0]]
+            assert [n for n in grabs if n] == [1, 3]  # the probe, then one write for 3 slots
+            assert len(pids) == 3 and not markers.starts("p3")
+            for i in range(3):
+                markers.release(f"p{i}")
+            wait_until(lambda: server.types(0).count(P.WORK_COMPLETE) == 3, "three results")
+            # Asleep: finishing jobs frees slots, but only a NOOP makes the worker grab again.
+            assert server.types(0).count(P.GRAB_JOB_UNIQ) == 4
 
 
 def test_reconnect_backoff_doubles_up_to_the_cap(caplog: pytest.LogCaptureFixture) -> None:

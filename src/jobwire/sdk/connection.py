@@ -153,7 +153,7 @@ class Connection(asyncio.BufferedProtocol):
             self._handle(self._decoder.feed(self._buffer[:nbytes].tobytes()))
         finally:
             self._reading = False
-            self.flush()
+            self._write_out()
 
     def _handle(self, messages: list[Message]) -> None:
         on_packet = self._on_packet
@@ -217,7 +217,13 @@ class Connection(asyncio.BufferedProtocol):
         if not self.is_open:
             raise ServerUnavailable(f"connection to {self.name} is closed: {self.error}")
         self._out.append(data)
-        if not self._reading and not self._flush_due:
+        if not self._reading:
+            self.flush_later()
+
+    def flush_later(self) -> None:
+        """Flush on the next loop turn, after the callbacks already scheduled (say, the first
+        steps of the tasks a read just started), so what they send goes out in one write."""
+        if not self._flush_due:
             self._flush_due = True
             self._loop.call_soon(self.flush)
 
@@ -235,6 +241,9 @@ class Connection(asyncio.BufferedProtocol):
     def flush(self) -> None:
         """Write what `send` queued, in one write."""
         self._flush_due = False
+        self._write_out()
+
+    def _write_out(self) -> None:
         out = self._out
         if not out or not self.is_open:
             return

@@ -169,6 +169,7 @@ class _Link:
         self.wants_grab = False  # the server may have work for us (just connected, or NOOP)
         self.hot = False  # the last GRAB answered brought a job: keep every free slot grabbing
         self.registered = False  # abilities sent on this connection
+        self.started = False  # jobs were started during the current read
 
     @property
     def ready(self) -> bool:
@@ -325,7 +326,7 @@ class Worker(Lifecycle[Job]):
                     functools.partial(self._on_packet, link),
                     timeout=self.connect_timeout,
                     heartbeat=self.heartbeat,
-                    after_read=self._settle,
+                    after_read=functools.partial(self._after_read, link),
                 )
             except ServerUnavailable as exc:
                 log.info("%s; retrying in %.2gs", exc, delay)
@@ -374,6 +375,13 @@ class Worker(Lifecycle[Job]):
             log.log(level, "%s: ERROR %s %s", link.name, code, text)
         else:
             log.debug("%s: ignoring %r", link.name, packet)
+
+    def _after_read(self, link: _Link) -> None:
+        self._settle()
+        if link.started and link.conn is not None:
+            # The jobs just started run on the next loop turn; write their results then.
+            link.started = False
+            link.conn.flush_later()
 
     def _settle(self) -> None:
         """After any change in jobs or grabs: grab if running, else unregister what is idle."""
@@ -427,6 +435,7 @@ class Worker(Lifecycle[Job]):
             self._loop,
         )
         self._launch(job, self._run_job(job, handle))
+        link.started = True
 
     def _job_ended(self) -> None:
         self._settle()
