@@ -137,7 +137,7 @@ class System:
     task: str = "async"  # jobwire: async def or plain def task
     links: int = 1  # jobwire experiment: the worker lists the server this many times
     processes: int = 1  # worker processes sharing the 16 slots (jobwire, dramatiq)
-    loop: str = "asyncio"  # jobwire experiment: "uvloop" for the worker and the clients
+    loop: str = "asyncio"  # jobwire experiment: "uvloop" for the clients too (workers always)
     env: tuple[tuple[str, str], ...] = ()
     default: bool = True
 
@@ -158,7 +158,7 @@ SYSTEMS: list[System] = [
         "jobwire",
         "jobwire --store memory",
         _JW_CLIENT,
-        "Worker(concurrency=16), async def task, 1 process",
+        "Worker(concurrency=16), async def task, 1 process (Worker.run: uvloop)",
         _JW_WAIT,
         store="memory",
     ),
@@ -167,7 +167,7 @@ SYSTEMS: list[System] = [
         "jobwire",
         "jobwire (SQLite store, default)",
         _JW_CLIENT,
-        "Worker(concurrency=16), async def task, 1 process",
+        "Worker(concurrency=16), async def task, 1 process (Worker.run: uvloop)",
         _JW_WAIT,
         store="sqlite",
     ),
@@ -231,8 +231,7 @@ SYSTEMS: list[System] = [
         "jobwire",
         "jobwire --store memory",
         _JW_CLIENT + ", on uvloop",
-        "Worker(concurrency=16), async def task, on uvloop (fails today: the SDK's "
-        "Connection asserts isinstance(transport, asyncio.Transport))",
+        "Worker(concurrency=16), async def task, 1 process (Worker.run: uvloop)",
         _JW_WAIT + ", on uvloop",
         store="memory",
         loop="uvloop",
