@@ -105,7 +105,9 @@ def test_jobs_replay_in_enqueue_order_with_every_field(tmp_path: Path) -> None:
         created_at=1000.0,
         reducer="sum",
         ext=b'{"retry":{"max":3},"tags":["a"]}',
+        row=1,
     )
+    assert [row.row for row in rows] == [1, 2, 3]
     assert (rows[1].run_at, rows[1].state) == (5000.0, JobState.SCHEDULED)
     assert rows[2].queue == "other"
 
@@ -221,6 +223,38 @@ def test_a_second_server_on_the_same_file_is_refused(tmp_path: Path) -> None:
         SQLiteStore(tmp_path / "jobs.db")
     store.close()
     SQLiteStore(tmp_path / "jobs.db").close()
+
+
+def test_a_version_1_file_is_migrated_and_keeps_its_jobs(tmp_path: Path) -> None:
+    """Version 1 had a unique index on the job id; opening the file drops it."""
+    path = tmp_path / "v1.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE jobs (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE,"
+            " function TEXT NOT NULL, queue TEXT NOT NULL, uniq TEXT, payload BLOB NOT NULL,"
+            " priority INTEGER NOT NULL, state INTEGER NOT NULL, attempts INTEGER NOT NULL,"
+            " max_attempts INTEGER, run_at REAL, created_at REAL NOT NULL, reducer TEXT,"
+            " ext BLOB)"
+        )
+        conn.execute(
+            "INSERT INTO jobs VALUES (7, 'H:old:1', 'f', 'f', 'u', x'01', 0, 3, 1, 5, NULL,"
+            " 1000.0, NULL, NULL)"
+        )
+        conn.execute("PRAGMA user_version = 1")
+    store = SQLiteStore(path)
+    old = next(iter(store.load()))
+    assert (old.id, old.unique, old.payload, old.attempts, old.row) == ("H:old:1", "u", b"\1", 1, 7)
+
+    async def main() -> None:
+        store.job_saved(make_job(2))  # new rows are keyed after the migrated ones
+        assert await committed(store)
+
+    run(main)
+    store.close()
+    assert [(row.id, row.row) for row in loaded(path)] == [("H:old:1", 7), ("H:test:2", 8)]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("PRAGMA index_list(jobs)").fetchall() == []
 
 
 def test_unknown_schema_version_and_bad_paths_are_refused(tmp_path: Path) -> None:

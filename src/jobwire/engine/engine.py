@@ -848,6 +848,7 @@ class Engine:
                 created_at=row.created_at,
             )
             job.attempts = row.attempts
+            job.row = row.row
             job.max_attempts = row.max_attempts
             job.run_at = row.run_at
             job.reducer = row.reducer

@@ -79,6 +79,7 @@ class Job:
         "queue",
         "reducer",
         "result",
+        "row",
         "run_at",
         "seq",
         "started_at",
@@ -126,6 +127,7 @@ class Job:
         self.reducer: str | None = None
         # Protocol-specific attributes (an OJS envelope's extra fields, retry policy, ...).
         self.ext: dict[str, Any] | None = None
+        self.row = 0  # the durable store's key for the job, given on first save; 0: none
 
     @property
     def retries(self) -> int:

@@ -33,6 +33,7 @@ class StoredJob:
     created_at: float
     reducer: str | None = None
     ext: bytes | None = None  # protocol-specific attributes, serialized by their owner
+    row: int = 0  # the store's key for the job (`Job.row`)
 
 
 def encode_ext(ext: dict[str, Any]) -> bytes:

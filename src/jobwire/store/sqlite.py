@@ -40,14 +40,15 @@ from jobwire.store.base import StoredJob, encode_ext
 log = logging.getLogger("jobwire.store")
 
 FSYNC_POLICIES = ("always", "batch", "off")
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-# `seq` is the rowid: it grows with each new job and an upsert keeps it, so scanning by it
-# replays jobs in their original enqueue order without a sort.
+# `seq` is the rowid and the store's key for a job (`Job.row`): given out in enqueue order
+# and kept by every rewrite, so scanning by it replays jobs in their original order without
+# a sort. Rows are found by it alone: an index on `id` would double the cost of each insert.
 _SCHEMA = """
 CREATE TABLE jobs (
     seq INTEGER PRIMARY KEY,
-    id TEXT NOT NULL UNIQUE,
+    id TEXT NOT NULL,
     function TEXT NOT NULL,
     queue TEXT NOT NULL,
     uniq TEXT,
@@ -66,7 +67,18 @@ _COLUMNS = (
     "id, function, queue, uniq, payload, priority, state, attempts, max_attempts, run_at,"
     " created_at, reducer, ext"
 )
-_LOAD = f"SELECT {_COLUMNS} FROM jobs ORDER BY seq"
+_LOAD = f"SELECT {_COLUMNS}, seq FROM jobs ORDER BY seq"
+#: Version 1 had a unique index on `id`; rebuilding the table drops it.
+_MIGRATE_FROM_1 = (
+    _SCHEMA.replace("CREATE TABLE jobs (", "CREATE TABLE jobs_v2 ("),
+    "INSERT INTO jobs_v2 SELECT * FROM jobs",
+    "DROP TABLE jobs",
+    "ALTER TABLE jobs_v2 RENAME TO jobs",
+)
+#: Most jobs have no unique id, attempt limit, run time, reducer or protocol attributes:
+#: their rows leave those columns NULL and bind 9 values instead of 14.
+_FULL_COLUMNS = f"seq, {_COLUMNS}"
+_PLAIN_COLUMNS = "seq, id, function, queue, payload, priority, state, attempts, created_at"
 # Small records beside the jobs (cron registrations, workflows: `jobwire.store.kv`). Created
 # when missing, so files of this schema version without it gain it on open.
 _KV_SCHEMA = """
@@ -83,25 +95,31 @@ _KV_LOAD = "SELECT key, value FROM kv WHERE namespace = ?"
 #: Rows per statement. Many rows per statement, because the writer thread gives up the GIL
 #: around every statement and waits to get it back while the loop thread is busy.
 _STATEMENT_SIZES = (256, 32, 4, 1)
-_WIDTH = 13  # columns per row
+_FULL_WIDTH = 14  # values per row
+_PLAIN_WIDTH = 9
 
 
 @functools.cache
-def _upsert(rows: int) -> str:
-    values = ", ".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"] * rows)
-    return (
-        f"INSERT INTO jobs ({_COLUMNS}) VALUES {values}"
-        " ON CONFLICT (id) DO UPDATE SET function = excluded.function, queue = excluded.queue,"
-        " uniq = excluded.uniq, payload = excluded.payload, priority = excluded.priority,"
-        " state = excluded.state, attempts = excluded.attempts,"
-        " max_attempts = excluded.max_attempts, run_at = excluded.run_at,"
-        " created_at = excluded.created_at, reducer = excluded.reducer, ext = excluded.ext"
-    )
+def _upsert(rows: int, width: int) -> str:
+    columns = _FULL_COLUMNS if width == _FULL_WIDTH else _PLAIN_COLUMNS
+    row = f"({', '.join(['?'] * width)})"
+    return f"INSERT OR REPLACE INTO jobs ({columns}) VALUES {', '.join([row] * rows)}"
 
 
 @functools.cache
 def _delete(rows: int) -> str:
-    return f"DELETE FROM jobs WHERE id IN ({', '.join(['?'] * rows)})"
+    return f"DELETE FROM jobs WHERE seq IN ({', '.join(['?'] * rows)})"
+
+
+def _same(value: T) -> T:
+    return value
+
+
+# Python's sqlite3 binds int, float and str directly but looks every other type up in its
+# adaptation protocol first, which costs more than binding the rest of the row. A
+# registered adapter is found at once; these return the value as it is.
+sqlite3.register_adapter(bytes, _same)
+sqlite3.register_adapter(type(None), _same)
 
 
 def _runs(items: list[T], sizes: tuple[int, ...]) -> Iterator[tuple[int, list[T]]]:
@@ -116,8 +134,8 @@ def _runs(items: list[T], sizes: tuple[int, ...]) -> Iterator[tuple[int, list[T]
 
 Row = tuple[Any, ...]
 Callback = Callable[[bool], None]
-#: What a batch changes: job id -> its row to insert or update, or None to delete it.
-Changes = dict[str, Row | None]
+#: What a batch changes: job row key -> its row to insert or replace, or None to delete it.
+Changes = dict[int, Row | None]
 #: Key-value changes of a batch: (namespace, key) -> value, or None to delete it.
 KVChanges = dict[tuple[str, str], bytes | None]
 T = TypeVar("T")
@@ -131,14 +149,33 @@ class StoreError(Exception):
 
 
 def _row(job: Job) -> Row:
+    if (
+        job.unique is None
+        and job.max_attempts is None
+        and job.run_at is None
+        and job.reducer is None
+        and job.ext is None
+    ):
+        return (
+            job.row,
+            job.id,
+            job.function,
+            job.queue,
+            job.payload,
+            job.priority,
+            int(job.state),
+            job.attempts,
+            job.created_at,
+        )
     return (
+        job.row,
         job.id,
         job.function,
         job.queue,
         job.unique,
         job.payload,
         job.priority,
-        job.state,
+        int(job.state),
         job.attempts,
         job.max_attempts,
         job.run_at,
@@ -182,6 +219,10 @@ def connect(path: Path, fsync: str = "batch") -> sqlite3.Connection:
         if version == 0:
             conn.execute(_SCHEMA)
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        elif version == 1:
+            for statement in _MIGRATE_FROM_1:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         elif version != SCHEMA_VERSION:
             raise StoreError(
                 f"{path}: schema version {version}, this jobwire knows {SCHEMA_VERSION}"
@@ -214,9 +255,12 @@ class SQLiteStore:
         self._conn = connect(path, fsync)
         # SQLite before 3.32 allows 999 parameters per statement, later ones 32766.
         limit = self._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-        self._sizes = tuple(size for size in _STATEMENT_SIZES if size * _WIDTH <= limit)
+        self._sizes = tuple(size for size in _STATEMENT_SIZES if size * _FULL_WIDTH <= limit)
+        self._next_row = (
+            1 + self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
+        )
         self._merge_turns = fsync != "always"
-        self._batch: dict[str, Job | None] = {}  # job id -> job to save, or None: remove
+        self._batch: dict[int, Job | None] = {}  # row key -> job to save, or None: remove
         self._scheduled = False
         self._handed = 0  # number of the last batch handed to the writer
         self._done = 0  # number of the last batch whose commit finished
@@ -242,14 +286,18 @@ class SQLiteStore:
 
     def job_saved(self, job: Job) -> None:
         self.write_count += 1
-        self._batch[job.id] = job
+        key = job.row
+        if not key:  # first save: the job's row key is ours to give
+            key = job.row = self._next_row
+            self._next_row += 1
+        self._batch[key] = job
         if not self._scheduled:
             self._schedule()
 
     def job_removed(self, job: Job) -> None:
         self.write_count += 1
-        # None replaces a save of the same batch; a later save replaces the None again.
-        self._batch[job.id] = None
+        if job.row:  # None replaces a save of the same batch
+            self._batch[job.row] = None
         if not self._scheduled:
             self._schedule()
 
@@ -310,9 +358,7 @@ class SQLiteStore:
         if not (batch or kv) or self._closed:
             return
         self._batch, self._kv = {}, {}
-        changes: Changes = {
-            job_id: None if job is None else _row(job) for job_id, job in batch.items()
-        }
+        changes: Changes = {key: None if job is None else _row(job) for key, job in batch.items()}
         self._handed += 1
         self._queue.put((self._handed, changes, kv))
 
@@ -337,7 +383,7 @@ class SQLiteStore:
                 changes.update(item[1])  # in order: the latest change of a job wins
                 kv.update(item[2])
             upserts = [row for row in changes.values() if row is not None]
-            deletes = [job_id for job_id, row in changes.items() if row is None]
+            deletes = [key for key, row in changes.items() if row is None]
             error = self._commit(upserts, deletes, kv)
             loop = self._loop
             assert loop is not None
@@ -345,13 +391,18 @@ class SQLiteStore:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._committed, number, len(upserts), error)
 
-    def _commit(self, upserts: list[Row], deletes: list[str], kv: KVChanges) -> str | None:
+    def _commit(self, upserts: list[Row], deletes: list[int], kv: KVChanges) -> str | None:
         """One transaction; the error that rolled it back, or None."""
         conn = self._conn
+        plain = [row for row in upserts if len(row) == _PLAIN_WIDTH]
+        full = (
+            [row for row in upserts if len(row) == _FULL_WIDTH] if len(plain) < len(upserts) else []
+        )
         try:
             conn.execute("BEGIN IMMEDIATE")
-            for size, rows in _runs(upserts, self._sizes):
-                conn.execute(_upsert(size), [value for row in rows for value in row])
+            for width, rows_of_width in ((_PLAIN_WIDTH, plain), (_FULL_WIDTH, full)):
+                for size, rows in _runs(rows_of_width, self._sizes):
+                    conn.execute(_upsert(size, width), [value for row in rows for value in row])
             for size, ids in _runs(deletes, self._sizes):
                 conn.execute(_delete(size), ids)
             for (namespace, key), value in kv.items():
