@@ -65,6 +65,13 @@ submit_types = st.sampled_from(
 #: The packets the hot path handles itself.
 common = st.one_of(
     st.builds(lambda t, f, p: encode_request(t, f, b"", p), submit_types, names, payloads),
+    st.builds(
+        lambda t, f, u, p: encode_request(t, f, u, p),
+        submit_types,
+        names,
+        st.sampled_from([b"u", b"v", b"-"]),
+        payloads,
+    ),
     st.builds(lambda t: encode_request(t), st.sampled_from([T.GRAB_JOB, T.GRAB_JOB_UNIQ])),
     st.just(encode_request(T.PRE_SLEEP)),
     st.builds(
@@ -75,7 +82,7 @@ common = st.one_of(
 )
 #: Packets it leaves to the decoder: others, malformed common ones, response magic, admin.
 other = st.one_of(
-    st.builds(lambda t, f, p: encode_request(t, f, b"u", p), submit_types, names, payloads),
+    st.builds(lambda t, f, p: encode_request(t, f, b"u" * 65, p), submit_types, names, payloads),
     st.builds(lambda f: encode_request(T.CAN_DO, f), names),
     st.builds(lambda n: encode_request(T.WORK_FAIL, handle(n)), st.integers(0, 6)),
     st.builds(lambda n: encode_request(T.WORK_COMPLETE, handle(n)), st.integers(0, 3)),
@@ -133,20 +140,23 @@ def test_hot_path_matches_the_decoder_path(
 
 
 def test_every_common_packet_cut_anywhere() -> None:
-    """Each submit type twice (priorities interleaved), then grab and complete them all."""
+    """Each submit type twice (priorities interleaved), then grab and complete them all;
+    a unique id joins a job already queued."""
     stream = encode_request(T.CAN_DO, b"f")
     for n, ptype in enumerate(
         [T.SUBMIT_JOB_LOW_BG, T.SUBMIT_JOB, T.SUBMIT_JOB_HIGH, T.SUBMIT_JOB_BG]
         + [T.SUBMIT_JOB_LOW, T.SUBMIT_JOB_HIGH_BG] * 2
     ):
         stream += encode_request(ptype, b"f", b"", b"job %d" % n)
+    stream += encode_request(T.SUBMIT_JOB_BG, b"f", b"u", b"x")  # H:9
+    stream += encode_request(T.SUBMIT_JOB, b"f", b"u", b"y")  # joins H:9
     stream += encode_request(T.PRE_SLEEP)
-    for n in [3, 6, 8, 2, 4, 1, 5, 7]:  # the order grabs hand them out: by priority, then age
+    for n in [3, 6, 8, 2, 4, 9, 1, 5, 7]:  # the order grabs hand them out: priority, then age
         stream += encode_request(T.GRAB_JOB if n % 2 else T.GRAB_JOB_UNIQ)
         stream += encode_request(T.WORK_COMPLETE, handle(n), b"done %d" % n)
     stream += encode_request(T.GRAB_JOB) + encode_request(T.PRE_SLEEP)
     expected = run(stream, [], hot=False)
-    assert expected[0].count(b"\0RES\0\0\0\x0d") == 4  # the foreground jobs' results
+    assert expected[0].count(b"\0RES\0\0\0\x0d") == 5  # the foreground jobs' results
     for cut in range(1, len(stream)):
         assert run(stream, [cut], hot=True) == expected, f"cut at {cut}"
 

@@ -206,20 +206,16 @@ class Engine:
         if key is not None:
             existing = self.uniques.get(key)
             if existing is not None:
-                if subscriber is not None:
-                    self.subscribe(existing, subscriber)
-                if background and not existing.background:
-                    # A background submit makes the job outlive its foreground clients.
-                    existing.background = True
-                    if self._durable:
-                        self.store.job_saved(existing)
+                self._join(existing, background, subscriber)
                 return existing, False
         fn = self.functions.get(function) or self.function(function)
         if fn.max_queue is not None:
             self._check_max_queue(fn, priority)
         now = self.clock()
+        if job_id is None:
+            job_id = f"{self._handle_prefix}{next(self._handle_numbers)}"
         job = Job(
-            job_id or f"{self._handle_prefix}{next(self._handle_numbers)}",
+            job_id,
             function,
             payload,
             queue,
@@ -253,12 +249,20 @@ class Engine:
         priority: int = PRIORITY_NORMAL,
         background: bool = True,
         subscriber: Subscriber | None = None,
-    ) -> Job:
-        """`submit` without a unique key or options: the hot path of every protocol.
+        unique: str | None = None,
+    ) -> tuple[Job, bool]:
+        """`submit` without options other than a unique key: the hot path of every protocol.
 
         Positional arguments only, because keyword arguments cost more than the rest of
-        the call. Raises QueueFull.
+        the call. Returns the job and whether it was created. Raises QueueFull.
         """
+        key = None
+        if unique:
+            key = self.unique_key(function, unique, payload)
+            existing = self.uniques.get(key) if key is not None else None
+            if existing is not None:
+                self._join(existing, background, subscriber)
+                return existing, False
         fn = self.functions.get(function) or self.function(function)
         if fn.max_queue is not None:
             self._check_max_queue(fn, priority)
@@ -267,7 +271,7 @@ class Engine:
             function,
             payload,
             None,
-            None,
+            unique,
             priority,
             background,
             self.clock(),
@@ -275,12 +279,24 @@ class Engine:
         if self.config.job_retries is not None:
             job.max_attempts = self.config.job_retries
         self.jobs[job.id] = job
+        if key is not None:
+            self.uniques[key] = job
         if subscriber is not None:
             job.subscribers = [subscriber]
         self._make_available(job, fn)
         if self._durable or self.observers:
             self._accepted(job)
-        return job
+        return job, True
+
+    def _join(self, existing: Job, background: bool, subscriber: Subscriber | None) -> None:
+        """A submission with the unique key of a live job joins that job."""
+        if subscriber is not None:
+            self.subscribe(existing, subscriber)
+        if background and not existing.background:
+            # A background submit makes the job outlive its foreground clients.
+            existing.background = True
+            if self._durable:
+                self.store.job_saved(existing)
 
     def _accepted(self, job: Job) -> None:
         """Log a new job to the store and tell the observers."""

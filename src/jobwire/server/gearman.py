@@ -233,7 +233,8 @@ class GearmanConnection(asyncio.Protocol):
     def _run_hot(self, data: bytes) -> int:
         """Handle the complete packets at the front of `data`; return the bytes consumed.
 
-        The common packets (submit without a unique id, grab, complete, sleep) are handled
+        The common packets (plain submits with or without a unique id, grab, complete,
+        sleep) are handled
         here without building messages; any other complete packet goes through the decoder
         on its own. A text line, a partial or oversized packet or a bad magic stops the
         run: the decoder takes the rest, so framing errors are handled in one place.
@@ -268,8 +269,8 @@ class GearmanConnection(asyncio.Protocol):
                     plain = _PLAIN_SUBMITS.get(ptype)
                     if plain is not None:
                         fields = data[start:stop].split(b"\0", 2)
-                        if len(fields) == 3 and not fields[1]:  # no unique id
-                            self.submit_plain(fields[0], fields[2], *plain)
+                        if len(fields) == 3 and len(fields[1]) <= MAX_UNIQUE:
+                            self.submit_plain(fields[0], fields[1], fields[2], *plain)
                             pos = stop
                             continue
             except Exception:  # one bad request must not take the connection down
@@ -486,16 +487,22 @@ class GearmanConnection(asyncio.Protocol):
         self.send(encode(_JOB_CREATED, job.id.encode()))
 
     def submit_plain(
-        self, raw_function: bytes, payload: bytes, priority: int, background: bool
+        self,
+        raw_function: bytes,
+        raw_unique: bytes,
+        payload: bytes,
+        priority: int,
+        background: bool,
     ) -> None:
-        """`submit` without a unique id or options (the hot path)."""
+        """`submit` without options (the hot path); the unique id is checked for size."""
         try:
-            job = self.engine.enqueue(
+            job, created = self.engine.enqueue(
                 self.server.name(raw_function),
                 payload,
                 priority,
                 background,
                 None if background else self,
+                _decode(raw_unique) if raw_unique else None,
             )
         except QueueFull as exc:
             self.error("QUEUE_ERROR", str(exc))
@@ -503,7 +510,7 @@ class GearmanConnection(asyncio.Protocol):
         if not background:
             self.waiting[job] = None
         elif self.durable:
-            self.acks.append((self.sent + len(self.out), job, True))
+            self.acks.append((self.sent + len(self.out), job, created))
         handle = job.id.encode()
         self.send(_JOB_CREATED_HEAD + len(handle).to_bytes(4, "big") + handle)
 
