@@ -154,14 +154,14 @@ def test_kill_9_during_pipelined_submits_loses_no_acknowledged_job(
 def test_job_active_at_the_crash_comes_back_with_its_attempt_counted(
     db: Path, servers: list[ServerProcess]
 ) -> None:
-    server = start(servers, db)
+    # With a retry limit, JOB_ASSIGN is only sent once the lease (attempt 1) is on disk.
+    server = start(servers, db, "--job-retries", "5")
     with GearmanSocket(server) as client:
         active = client.submit_bg(FUNCTION, "was running")
         queued = client.submit_bg(FUNCTION, "was queued")
     worker = GearmanSocket(server)
     worker.send(Cmd.CAN_DO, FUNCTION)
     assign = worker.grab()
-    # JOB_ASSIGN is only sent once the lease (attempt 1) is on disk.
     assert assign.args[0].decode() == active
     server.kill()
     worker.close()

@@ -94,9 +94,11 @@ def created(handle: str) -> bytes:
 NOT_STORED = encode(T.ERROR, b"QUEUE_ERROR", b"Job could not be stored")
 
 
-async def connect() -> tuple[FakeStore, Engine, GearmanConnection, FakeTransport]:
+async def connect(
+    job_retries: int | None = None,
+) -> tuple[FakeStore, Engine, GearmanConnection, FakeTransport]:
     store = FakeStore()
-    engine = Engine(EngineConfig(handle_prefix="H"), store=store)
+    engine = Engine(EngineConfig(handle_prefix="H", job_retries=job_retries), store=store)
     server = GearmanServer(Runtime(engine, asyncio.get_running_loop()), GearmanOptions())
     conn = server.protocol_factory()
     transport = FakeTransport()
@@ -157,5 +159,49 @@ def test_a_failed_commit_after_the_client_left_still_drops_its_jobs() -> None:
         assert transport.take() == b""
         assert list(engine.jobs) == ["H:1"]
         assert store.removed == ["H:2"]
+
+    asyncio.run(main())
+
+
+def assign(handle: str, payload: bytes) -> bytes:
+    return encode(T.JOB_ASSIGN, handle.encode(), b"f", payload)
+
+
+def test_an_assignment_does_not_wait_for_its_attempt_to_be_stored() -> None:
+    """Without a retry limit the attempt count is informative: workers are not held up."""
+
+    async def main() -> None:
+        store, _engine, conn, transport = await connect()
+        conn.data_received(submit_bg(b"a") + submit_bg(b"b"))
+        store.end_turn()
+        store.commit()
+        assert transport.take() == created("H:1") + created("H:2")
+        conn.data_received(encode_request(T.CAN_DO, b"f") + encode_request(T.GRAB_JOB))
+        store.end_turn()
+        assert store.pending()  # the lease is on its way to the disk
+        assert transport.take() == assign("H:1", b"a")
+        # A result and the next grab: neither waits for the commits before them.
+        conn.data_received(
+            encode_request(T.WORK_COMPLETE, b"H:1", b"ok") + encode_request(T.GRAB_JOB)
+        )
+        assert transport.take() == assign("H:2", b"b")
+
+    asyncio.run(main())
+
+
+def test_with_a_retry_limit_an_assignment_waits_for_its_attempt() -> None:
+    """A limit must count attempts a crash cut short, so the attempt is stored first."""
+
+    async def main() -> None:
+        store, _engine, conn, transport = await connect(job_retries=3)
+        conn.data_received(submit_bg(b"a"))
+        store.end_turn()
+        store.commit()
+        assert transport.take() == created("H:1")
+        conn.data_received(encode_request(T.CAN_DO, b"f") + encode_request(T.GRAB_JOB))
+        store.end_turn()
+        assert transport.take() == b""
+        store.commit()
+        assert transport.take() == assign("H:1", b"a")
 
     asyncio.run(main())

@@ -172,6 +172,8 @@ class GearmanConnection(asyncio.Protocol):
         self.released = 0  # while holding, output before this position may go out
         self.acks: deque[tuple[int, Job, bool]] = deque()  # JOB_CREATED: position, job, new
         self.durable = server.engine.store.durable
+        # Replies queued so far that may only go out once the store has what they announce.
+        self.durable_replies = 0
         self.closing = False
         self.write_paused = False  # the transport's buffer is over its high-water mark
         self.conn_id = 0
@@ -206,8 +208,7 @@ class GearmanConnection(asyncio.Protocol):
     hot_path = True
 
     def data_received(self, data: bytes) -> None:
-        store = self.engine.store
-        writes_before = store.write_count
+        durable_before = self.durable_replies
         self.dirty = True  # replies to this read are flushed below, not at the end of the turn
         decoder = self.decoder
         if decoder.buffered:
@@ -221,13 +222,13 @@ class GearmanConnection(asyncio.Protocol):
                 data = data[done:]
         if data:
             self._run_messages(data)
-        if store.write_count != writes_before:
+        if self.durable_replies != durable_before:
             # Acknowledge only what is durable: hold this connection's output until commit.
             if not self.holds:
                 self.released = self.sent
             end = self.sent + len(self.out)
             self.holds.append(end)
-            store.after_commit(lambda ok: self._release(end, ok))
+            self.engine.store.after_commit(lambda ok: self._release(end, ok))
         self.flush()
 
     def _run_hot(self, data: bytes) -> int:
@@ -484,6 +485,7 @@ class GearmanConnection(asyncio.Protocol):
             self.waiting[job] = None
         elif self.durable:
             self.acks.append((self.sent + len(self.out), job, created))
+            self.durable_replies += 1
         self.send(encode(_JOB_CREATED, job.id.encode()))
 
     def submit_plain(
@@ -511,6 +513,7 @@ class GearmanConnection(asyncio.Protocol):
             self.waiting[job] = None
         elif self.durable:
             self.acks.append((self.sent + len(self.out), job, created))
+            self.durable_replies += 1
         handle = job.id.encode()
         self.send(_JOB_CREATED_HEAD + len(handle).to_bytes(4, "big") + handle)
 
@@ -608,6 +611,11 @@ class GearmanConnection(asyncio.Protocol):
         if job is None:
             self.send(NO_JOB)
             return
+        if job.max_attempts is not None and self.durable and job.background:
+            # A retry limit must count the attempts a crash cut short: the job goes out
+            # once its attempt is on disk. Without a limit the count is only informative,
+            # and the assignment does not wait for the commit that records it.
+            self.durable_replies += 1
         handle = job.id.encode()
         function = _encode(job.function)
         if kind == _GRAB_JOB:
