@@ -528,8 +528,10 @@ class Context:
         return f"redis://{REDIS[0]}:{REDIS[1]}/{self.args.redis_db}"
 
     def env(self, system: System) -> dict[str, str]:
+        # Keep a PYTHONPATH given to this script (another checkout's src/, say) after BENCH.
+        given = os.environ.get("PYTHONPATH")
         env = os.environ | {
-            "PYTHONPATH": str(BENCH),
+            "PYTHONPATH": os.pathsep.join([str(BENCH), *([given] if given else [])]),
             "E2E_SYSTEM": system.name,
             "E2E_COUNTERS": str(self.counters),
             "E2E_REDIS_URL": self.redis_url,

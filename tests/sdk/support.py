@@ -214,6 +214,9 @@ class FakeServer:
         self.connections: list[list[Packet]] = []
         self.reads: list[list[list[PacketType]]] = []
         self.jobs: list[tuple[bytes, bytes]] = []
+        #: Accept OPTION_REQ grab-waits and leave GRABs unanswered while there is no job (as
+        #: jobwire does); False answers UNKNOWN_OPTION and NO_JOB, as gearmand does.
+        self.grab_waits = False
         self.sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -246,10 +249,15 @@ class FakeServer:
                     function, payload = self.jobs.pop(0)
                     handle = b"H:fake:%d" % len(packets)
                     sock.sendall(encode(P.JOB_ASSIGN_UNIQ, handle, function, handle, payload))
-                elif packet.type == P.GRAB_JOB_UNIQ:
+                elif packet.type == P.GRAB_JOB_UNIQ and not self.grab_waits:
                     sock.sendall(encode(P.NO_JOB))
                 elif packet.type == P.ECHO_REQ and self.answer_pings:
                     sock.sendall(encode(P.ECHO_RES, packet.args[0]))
+                elif packet.type == P.OPTION_REQ and packet.args[0] == b"grab-waits":
+                    if self.grab_waits:
+                        sock.sendall(encode(P.OPTION_RES, packet.args[0]))
+                    else:
+                        sock.sendall(encode(P.ERROR, b"UNKNOWN_OPTION", b"Unknown option"))
                 elif packet.type == P.OPTION_REQ:
                     sock.sendall(encode(P.OPTION_RES, packet.args[0]))
                 elif packet.type == P.SUBMIT_JOB:

@@ -104,6 +104,18 @@ def test_grabs_are_pipelined_once_the_server_has_work() -> None:
             assert server.types(0).count(P.GRAB_JOB_UNIQ) == 4
 
 
+def test_with_grab_waits_every_free_slot_waits_on_the_server_and_none_sleeps() -> None:
+    """A server that holds GRABs (jobwire) gets one per free slot, and never a PRE_SLEEP."""
+    with fake_server() as server:
+        server.grab_waits = True
+        with worker_thread([server.address], concurrency=3, heartbeat=0.05):
+            wait_until(lambda: server.types(0).count(P.ECHO_REQ) >= 3, "three heartbeats")
+            sent = server.types(0)
+            assert sent[:2] == [P.SET_CLIENT_ID, P.OPTION_REQ]
+            assert sent.count(P.GRAB_JOB_UNIQ) == 3
+            assert P.PRE_SLEEP not in sent
+
+
 def test_reconnect_backoff_doubles_up_to_the_cap(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="jobwire.sdk.worker")
     refused = f"127.0.0.1:{free_port()}"

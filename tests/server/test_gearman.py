@@ -224,3 +224,53 @@ def test_drop_function_refuses_while_jobs_are_queued(server_with: ServerProcess)
         assert list_lines(admin(server_with, "status")) == ["f\t1\t0\t0"]
         status = client.request(Cmd.GET_STATUS, handle, reply=Cmd.STATUS_RES)
         assert status.args[1] == b"1"
+
+
+def waiting_grabs(server: ServerProcess, function: str, grabs: int) -> GearmanSocket:
+    """A worker with the grab-waits option and `grabs` GRAB_JOB_UNIQs held by the server."""
+    worker = GearmanSocket(server)
+    reply = worker.request(Cmd.OPTION_REQ, "grab-waits", reply=Cmd.OPTION_RES)
+    assert reply.args == (b"grab-waits",)
+    worker.send(Cmd.CAN_DO, function)
+    for _ in range(grabs):
+        worker.send(Cmd.GRAB_JOB_UNIQ)
+    assert sync(worker) == []  # held: neither NO_JOB nor NOOP
+    return worker
+
+
+def test_grab_waits_hands_a_new_job_to_a_held_grab(server_with: ServerProcess) -> None:
+    """The extension saves a sleeping worker's NOOP + GRAB round trip."""
+    worker = waiting_grabs(server_with, "f", 1)
+    with GearmanSocket(server_with) as client:
+        handle = client.submit_bg("f", "pushed", unique="u1")
+    assigned = worker.recv()
+    assert assigned.type == Cmd.JOB_ASSIGN_UNIQ
+    assert assigned.args == (handle.encode(), b"f", b"u1", b"pushed")
+    worker.send(Cmd.WORK_COMPLETE, handle, "done")
+    assert sync(worker) == []
+
+
+def test_grab_waits_answers_each_held_grab_once(server_with: ServerProcess) -> None:
+    worker = waiting_grabs(server_with, "f", 3)
+    with GearmanSocket(server_with) as client:
+        handles = [client.submit_bg("f", str(n)) for n in range(2)]
+    got = [worker.recv(), worker.recv()]
+    assert [packet.args[0].decode() for packet in got] == handles
+    # Resetting the abilities answers the GRAB still held.
+    worker.send(Cmd.RESET_ABILITIES)
+    assert sync(worker) == [Cmd.NO_JOB]
+    # A job queued before the grab is assigned at once, as without the option.
+    with GearmanSocket(server_with) as client:
+        queued = client.submit_bg("g", "ready")
+    worker.send(Cmd.CAN_DO, "g")
+    worker.send(Cmd.GRAB_JOB)
+    assert worker.expect(Cmd.JOB_ASSIGN).args[0].decode() == queued
+
+
+def test_without_the_option_an_empty_grab_gets_no_job(server_with: ServerProcess) -> None:
+    with GearmanSocket(server_with) as worker:
+        worker.send(Cmd.CAN_DO, "f")
+        worker.send(Cmd.GRAB_JOB)
+        assert sync(worker) == [Cmd.NO_JOB]
+        reply = worker.request(Cmd.OPTION_REQ, "no-such-option", reply=Cmd.ERROR)
+        assert reply.args[0] == b"UNKNOWN_OPTION"

@@ -69,7 +69,10 @@ class Connection(asyncio.BufferedProtocol):
     handled before `after_read` is called once. Output comes two ways: `send` queues bytes and
     flushes them all in one write at the end of the current read (or on the next loop turn, if
     not called from a read), so a worker answers a read's jobs and asks for more in one write;
-    `write` sends at once, for requests a caller waits on.
+    `write` sends at once, for requests a caller waits on. `send_batched` is `send` that also
+    writes as soon as `batch` messages are queued: a worker that finishes a whole wave of jobs
+    in one turn then hands the server the first results while it finishes the rest, instead
+    of the two taking turns (each idle while the other works on the same wave).
 
     `closed` resolves (never with an exception) when the connection is gone; `error` then says
     why (None for a close we asked for).
@@ -83,8 +86,10 @@ class Connection(asyncio.BufferedProtocol):
         heartbeat: float | None = None,
         liveness: int = 3,
         after_read: Callable[[], None] | None = None,
+        batch: int | None = None,
     ) -> None:
         self.address = address
+        self._batch = batch or 1 << 62
         self.name = format_address(address)
         self._on_packet = on_packet
         self._after_read = after_read
@@ -114,10 +119,16 @@ class Connection(asyncio.BufferedProtocol):
         heartbeat: float | None = None,
         liveness: int = 3,
         after_read: Callable[[], None] | None = None,
+        batch: int | None = None,
     ) -> Connection:
         """Connect within `timeout` seconds, or raise ServerUnavailable."""
         conn = cls(
-            address, on_packet, heartbeat=heartbeat, liveness=liveness, after_read=after_read
+            address,
+            on_packet,
+            heartbeat=heartbeat,
+            liveness=liveness,
+            after_read=after_read,
+            batch=batch,
         )
         try:
             async with asyncio.timeout(timeout):
@@ -219,6 +230,14 @@ class Connection(asyncio.BufferedProtocol):
         self._out.append(data)
         if not self._reading:
             self.flush_later()
+
+    def send_batched(self, data: bytes) -> None:
+        """`send`, writing at once if `batch` messages are queued."""
+        if len(self._out) + 1 >= self._batch and self.is_open:
+            self._out.append(data)
+            self._write_out()
+        else:
+            self.send(data)
 
     def flush_later(self) -> None:
         """Flush on the next loop turn, after the callbacks already scheduled (say, the first

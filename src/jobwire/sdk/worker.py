@@ -8,7 +8,13 @@ the connection keeps a GRAB in flight for every free slot. Each GRAB is answered
 NO_JOB); when the last one in flight came back NO_JOB the connection sends PRE_SLEEP and waits for
 the server's NOOP. It never polls. A NOOP that arrives while all slots are busy is remembered and
 acted on when a slot frees. Results and the GRABs that follow them go out in one write per read
-or loop turn.
+or loop turn (or per few results, when a read brought many jobs).
+
+A worker with a single server asks it for the `grab-waits` option (OPTION_REQ; gearmand answers
+UNKNOWN_OPTION and nothing changes): jobwire then holds a GRAB that finds no job and answers it
+when a job comes, so the worker keeps a GRAB in flight for every free slot and never sleeps, and
+a new job reaches it without the NOOP and GRAB round trip. Not with several servers: a held GRAB
+reserves a slot that another server's jobs could use.
 
 Reliability (Paranoid Pirate, ZeroMQ guide ch. 4): every connection heartbeats (see
 `connection.py`); a connection that drops or stops answering is reopened after an exponential
@@ -55,6 +61,8 @@ _GRAB = encode_request(P.GRAB_JOB_UNIQ)
 _ENDING = (WorkerState.TERMINATE, WorkerState.TERMINATED)
 _PRE_SLEEP = encode_request(P.PRE_SLEEP)
 _RESET = encode_request(P.RESET_ABILITIES)
+_GRAB_WAITS = b"grab-waits"
+_ASK_GRAB_WAITS = encode_request(P.OPTION_REQ, _GRAB_WAITS)
 
 
 def server_timeout_ms(timeout: float) -> int:
@@ -154,7 +162,7 @@ class Job:
                 self._conn.name,
             )
         else:
-            self._conn.send(packet)
+            self._conn.send_batched(packet)
         self._finished = True
 
 
@@ -168,6 +176,7 @@ class _Link:
         self.grabs = 0  # GRABs in flight (each reserves a slot)
         self.wants_grab = False  # the server may have work for us (just connected, or NOOP)
         self.hot = False  # the last GRAB answered brought a job: keep every free slot grabbing
+        self.grab_waits = False  # the server holds GRABs until it has a job (jobwire)
         self.registered = False  # abilities sent on this connection
         self.started = False  # jobs were started during the current read
 
@@ -234,6 +243,9 @@ class Worker(Lifecycle[Job]):
         self.connect_timeout = connect_timeout
         self.client_id = client_id or f"{socket.gethostname()}:{os.getpid()}"
         self.tasks: dict[str, Task[Job]] = {}
+        # Results (and the GRABs after them) per write: a quarter of the slots' worth, so that
+        # a server is never idle while this worker finishes the rest of a wave of jobs.
+        self._batch = max(2, concurrency // 2)
         self._links: list[_Link] = []
         self._next_link = 0
 
@@ -277,7 +289,10 @@ class Worker(Lifecycle[Job]):
         """Quiet: drop the abilities of connections that hold no job and await no grab."""
         busy = {job._conn for job in self._running}
         for link in self._links:
-            if link.registered and link.ready and not link.grabs and link.conn not in busy:
+            # A grab-waits server (jobwire) answers held GRABs on RESET_ABILITIES and keeps the
+            # jobs a worker holds; gearmand would requeue them, so wait for those to finish.
+            idle = link.grab_waits or (not link.grabs and link.conn not in busy)
+            if link.registered and link.ready and idle:
                 assert link.conn is not None
                 link.conn.send(_RESET)
                 link.registered = False
@@ -327,12 +342,16 @@ class Worker(Lifecycle[Job]):
                     timeout=self.connect_timeout,
                     heartbeat=self.heartbeat,
                     after_read=functools.partial(self._after_read, link),
+                    batch=self._batch,
                 )
             except ServerUnavailable as exc:
                 log.info("%s; retrying in %.2gs", exc, delay)
             else:
                 link.conn, link.grabs, link.wants_grab, link.hot = conn, 0, True, False
+                link.grab_waits = False
                 hello = encode_request(P.SET_CLIENT_ID, self.client_id.encode())
+                if len(self._links) == 1:
+                    hello += _ASK_GRAB_WAITS
                 link.registered = self.state is WorkerState.RUNNING
                 if link.registered:
                     hello += self._abilities()
@@ -367,8 +386,13 @@ class Worker(Lifecycle[Job]):
                 link.conn.send(_PRE_SLEEP)
         elif kind == P.NOOP:
             link.wants_grab = True
+        elif kind == P.OPTION_RES and packet.args[0] == _GRAB_WAITS:
+            link.grab_waits = link.wants_grab = link.hot = True
         elif kind == P.ERROR:
             code, text = (arg.decode("utf-8", "replace") for arg in packet.args)
+            if code == "UNKNOWN_OPTION":  # a server without grab-waits (gearmand)
+                log.debug("%s does not hold GRABs; sleeping and waking as usual", link.name)
+                return
             # JOB_NOT_FOUND answers the WORK_FAIL we send after WORK_EXCEPTION (the server had
             # already ended the job) or a result for a job the server took back (timeout).
             level = logging.DEBUG if code == "JOB_NOT_FOUND" else logging.WARNING

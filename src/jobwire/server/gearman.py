@@ -183,6 +183,10 @@ class GearmanConnection(asyncio.Protocol):
         self.exceptions = server.options.exceptions
         self.worker: WorkerSession | None = None
         self.waiting: dict[Job, None] = {}  # foreground jobs this client waits on
+        # OPTION_REQ grab-waits: a GRAB that finds no job waits for one instead of NO_JOB.
+        self.grab_waits = False
+        self.held_grabs: deque[int] = deque()  # the packet types of the GRABs waiting
+        self.push_due = False  # a held GRAB may be answered: do it before the next flush
 
     # ------------------------------------------------------------ transport events
 
@@ -223,13 +227,16 @@ class GearmanConnection(asyncio.Protocol):
         if data:
             self._run_messages(data)
         if self.durable_replies != durable_before:
-            # Acknowledge only what is durable: hold this connection's output until commit.
-            if not self.holds:
-                self.released = self.sent
-            end = self.sent + len(self.out)
-            self.holds.append(end)
-            self.engine.store.after_commit(lambda ok: self._release(end, ok))
+            self._hold_until_committed()
         self.flush()
+
+    def _hold_until_committed(self) -> None:
+        """Acknowledge only what is durable: hold the output queued so far until commit."""
+        if not self.holds:
+            self.released = self.sent
+        end = self.sent + len(self.out)
+        self.holds.append(end)
+        self.engine.store.after_commit(lambda ok: self._release(end, ok))
 
     def _run_hot(self, data: bytes) -> int:
         """Handle the complete packets at the front of `data`; return the bytes consumed.
@@ -357,6 +364,8 @@ class GearmanConnection(asyncio.Protocol):
             self.server.runtime.mark_dirty(self)
 
     def flush(self) -> None:
+        if self.push_due:
+            self._answer_held_grabs()
         self.dirty = False
         out = self.out
         count = self.released - self.sent if self.holds else len(out)
@@ -423,7 +432,42 @@ class GearmanConnection(asyncio.Protocol):
 
     def wake(self) -> None:
         """WorkerHandler: work is waiting."""
-        self.send(NOOP)
+        if not self.held_grabs:
+            self.send(NOOP)
+            return
+        # Hand the job to a waiting GRAB, after the engine call that woke us has finished.
+        self.push_due = True
+        if not self.dirty:
+            self.dirty = True
+            self.server.runtime.mark_dirty(self)
+
+    def _answer_held_grabs(self) -> None:
+        self.push_due = False
+        worker = self.worker
+        if worker is None or self.closing:
+            return
+        durable_before = self.durable_replies
+        held = self.held_grabs
+        while held:
+            job = self.engine.grab(worker)
+            if job is None:
+                break
+            self._assign(job, held.popleft())
+        if held:
+            self._wait_for_work(worker)
+        if self.durable_replies != durable_before:
+            self._hold_until_committed()
+
+    def _wait_for_work(self, worker: WorkerSession) -> None:
+        """GRABs are held: be woken (`wake`) when a job this worker can do is queued."""
+        if self.engine.sleep(worker):  # one is there already
+            self.push_due = True
+
+    def _release_held_grabs(self) -> None:
+        """The worker can take no job any more (no abilities left): answer its GRABs."""
+        while self.held_grabs:
+            self.held_grabs.popleft()
+            self.send(NO_JOB)
 
     def assign(self, job: Job) -> None:  # pragma: no cover - Gearman workers pull
         raise AssertionError("Gearman workers are never pushed jobs")
@@ -571,6 +615,9 @@ class GearmanConnection(asyncio.Protocol):
         if args[0] == b"exceptions":
             self.exceptions = True
             self.send(encode(_OPTION_RES, args[0]))
+        elif args[0] == b"grab-waits":
+            self.grab_waits = True
+            self.send(encode(_OPTION_RES, args[0]))
         else:
             self.error("UNKNOWN_OPTION", "Server does not recognize given option")
 
@@ -597,20 +644,33 @@ class GearmanConnection(asyncio.Protocol):
     def cant_do(self, args: tuple[bytes, ...]) -> None:
         if self.worker is not None:
             self.engine.remove_ability(self.worker, self.server.name(args[0]))
+            if not self.worker.abilities:
+                self._release_held_grabs()
 
     def reset_abilities(self, args: tuple[bytes, ...]) -> None:
         if self.worker is not None:
             self.engine.reset_abilities(self.worker)
+            self._release_held_grabs()
 
     def pre_sleep(self, args: tuple[bytes, ...]) -> None:
         if self.engine.sleep(self.session()):
             self.send(NOOP)
 
     def grab(self, args: tuple[bytes, ...], kind: int) -> None:
-        job = self.engine.grab(self.session())
+        worker = self.session()
+        job = self.engine.grab(worker)
         if job is None:
-            self.send(NO_JOB)
+            if self.grab_waits and worker.abilities:
+                self.held_grabs.append(kind)
+                self._wait_for_work(worker)
+            else:
+                self.send(NO_JOB)
             return
+        self._assign(job, kind)
+        if self.held_grabs:  # grabbing took the worker off the engine's waiting list
+            self._wait_for_work(worker)
+
+    def _assign(self, job: Job, kind: int) -> None:
         if job.max_attempts is not None and self.durable and job.background:
             # A retry limit must count the attempts a crash cut short: the job goes out
             # once its attempt is on disk. Without a limit the count is only informative,
