@@ -3,15 +3,20 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The hot modules setup.py compiles with mypyc: editing one reinstalls (recompiles) before
+# `make test` or `make serve`, so they never run a stale build (src/jobwire/native.py).
+NATIVE_SOURCES := $(shell $(PYTHON) src/jobwire/native.py)
 
 .PHONY: install serve test lint bench bench-e2e clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# JOBWIRE_PURE=1 make install: no compiling, the pure-Python modules only.
+$(STAMP): pyproject.toml setup.py src/jobwire/native.py $(NATIVE_SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/jobwire --version
 	touch $(STAMP)
 
 serve: install
@@ -34,4 +39,6 @@ bench-e2e: install
 	$(BIN)/python bench/e2e.py
 
 clean:
-	rm -rf $(VENV) bench/.venv-peers jobwire-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) bench/.venv-peers jobwire-data build .pytest_cache .mypy_cache .ruff_cache
+	find src -name '*.so' -delete
+	rm -f src/jobwire/native-build.txt

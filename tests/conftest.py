@@ -4,7 +4,13 @@ from collections.abc import Iterator
 
 import pytest
 
+from jobwire import native
 from tests.servers import ServerProcess, start_gearmand, start_jobwire
+
+
+def pytest_report_header() -> str:
+    # Server subprocesses decide the same way (JOBWIRE_PURE is inherited).
+    return f"jobwire hot path: {native.status()}"
 
 
 @pytest.fixture

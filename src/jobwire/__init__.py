@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from jobwire import native
+
 __version__ = "0.1.0"
+
+# Before any hot module is imported: pick the compiled build or the pure sources.
+native.choose()
 
 if TYPE_CHECKING:
     from jobwire.sdk import (

@@ -27,8 +27,23 @@ _PY_LEVEL = {
 }
 
 
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        from jobwire import native
+
+        click.echo(f"jobwire {__version__}, hot path {native.status()}")
+        ctx.exit()
+
+
 @click.group()
-@click.version_option(__version__, prog_name="jobwire")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_version,
+    help="Show the version and whether the hot path runs compiled, then exit.",
+)
 def main() -> None:
     """jobwire: one job server for Gearman, Open Job Spec and more."""
 
@@ -189,6 +204,7 @@ def serve(
     rota_spec_file: Path | None,
 ) -> None:
     """Run the job server."""
+    from jobwire import native
     from jobwire.engine import EngineConfig
     from jobwire.server.app import ServerConfig, run
     from jobwire.server.gearman import GearmanOptions
@@ -197,6 +213,7 @@ def serve(
 
     verbose = verbose.upper()
     _setup_logging(log_file, verbose)
+    logging.getLogger("jobwire").info("jobwire %s, hot path %s", __version__, native.status())
     if store.startswith("sqlite:"):
         Path(store.removeprefix("sqlite:")).parent.mkdir(parents=True, exist_ok=True)
     config = ServerConfig(

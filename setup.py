@@ -1,0 +1,80 @@
+"""Build jobwire, compiling the hot modules (`jobwire.native.MODULES`) with mypyc if it can.
+
+`JOBWIRE_PURE=1` skips compiling. A compile that fails (no C compiler or Python headers,
+code mypyc rejects) prints a warning and leaves a pure-Python install that works the same.
+Only a successful build writes `jobwire/native-build.txt`, the record without which
+`jobwire.native` ignores compiled extensions; every build first deletes the old one.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+from pathlib import Path
+from typing import Any
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+PACKAGE = ROOT / "src" / "jobwire"
+native: dict[str, Any] = runpy.run_path(str(PACKAGE / "native.py"))
+record = ""
+
+
+def warn(message: str) -> None:
+    print(f"jobwire: {message}; installing the pure-Python modules", file=sys.stderr)
+
+
+def forget_build() -> None:
+    """Drop the in-tree record and extensions of an earlier build (an editable install's)."""
+    (PACKAGE / native["BUILD_RECORD"]).unlink(missing_ok=True)
+    for path in PACKAGE.rglob("*.so"):
+        path.unlink()
+
+
+def extensions() -> list[Extension]:
+    global record
+    if os.environ.get("JOBWIRE_PURE", "") not in ("", "0"):
+        return []
+    record = native["build_record"]()  # of the sources mypyc is about to read
+    try:
+        from mypyc.build import mypycify
+
+        sources = [os.path.relpath(native["source"](name), ROOT) for name in native["MODULES"]]
+        # Third-party imports may be missing in the build environment; they are not compiled.
+        return list(
+            mypycify(
+                ["--ignore-missing-imports", *sources],
+                group_name=native["GROUP"],
+                target_dir="build/mypyc",
+            )
+        )
+    except (Exception, SystemExit) as exc:  # mypy missing, or mypyc rejects the code
+        warn(f"mypyc could not translate the hot modules ({exc!r})")
+        return []
+
+
+class BuildExt(build_ext):
+    """Builds the extensions, or none of them; records the sources of a good build."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:  # no compiler, no headers, a C error: stay pure
+            warn(f"compiling the hot modules failed ({exc!r})")
+            for output in self.get_outputs():
+                Path(output).unlink(missing_ok=True)
+            return
+        if self.extensions:
+            for target in {Path(self.build_lib) / "jobwire", self._package_dir()}:
+                if any(target.glob("*.so")):
+                    (target / native["BUILD_RECORD"]).write_text(record)
+
+    def _package_dir(self) -> Path:
+        return Path(self.get_finalized_command("build_py").get_package_dir("jobwire"))
+
+
+forget_build()
+setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExt})
