@@ -248,6 +248,7 @@ class ServerSpec:
     kind: str  # "gearmand" or "jobwire"
     threads: int | None = None  # gearmand -t; None: its default
     store: str = "memory"  # jobwire: "memory" or "sqlite"
+    pure: bool = False  # jobwire: run the hot modules' .py sources, not the compiled build
 
     def command(self, port: int, workdir: Path) -> list[str]:
         if self.kind == "gearmand":
@@ -267,6 +268,7 @@ GEARMAND_DEFAULT = ServerSpec("gearmand", "gearmand")
 GEARMAND_T1 = ServerSpec("gearmand -t1", "gearmand", threads=1)
 JOBWIRE_MEMORY = ServerSpec("jobwire-memory", "jobwire", store="memory")
 JOBWIRE_SQLITE = ServerSpec("jobwire-sqlite", "jobwire", store="sqlite")
+JOBWIRE_MEMORY_PURE = ServerSpec("jobwire-memory-pure", "jobwire", store="memory", pure=True)
 
 
 @dataclass
@@ -298,6 +300,8 @@ def start_server(procs: Processes, spec: ServerSpec, label: str = "") -> Server:
     env = None
     if spec.kind == "jobwire" and _jobwire_src is not None:
         env = os.environ | {"PYTHONPATH": str(_jobwire_src)}
+    if spec.pure:
+        env = (env or dict(os.environ)) | {"JOBWIRE_PURE": "1"}
     with open(workdir / "server.log", "wb") as log:
         proc = procs.spawn(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env)
     server = Server(spec, proc, port, workdir, cmd)
@@ -401,12 +405,20 @@ def machine_info() -> dict[str, Any]:
         gearmand = subprocess.run(
             [gearmand_path(), "--version"], capture_output=True, text=True, check=True
         ).stdout.strip()
+    build = ""  # whether the hot path runs compiled (`jobwire --version`)
+    with contextlib.suppress(OSError, subprocess.CalledProcessError, ServerUnavailable):
+        exe = [sys.executable, "-m", "jobwire"] if _jobwire_src else [jobwire_path()]
+        env = os.environ | {"PYTHONPATH": str(_jobwire_src)} if _jobwire_src else None
+        build = subprocess.run(
+            [*exe, "--version"], capture_output=True, text=True, check=True, env=env
+        ).stdout.strip()
     return {
         "cpus": os.cpu_count(),
         "cpu": cpu,
         "kernel": os.uname().release,
         "python": sys.version.split()[0],
         "jobwire_rev": rev,
+        "jobwire_build": build,
         "gearmand": gearmand,
         "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg()),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),

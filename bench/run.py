@@ -38,6 +38,7 @@ from harness import (
     GEARMAND_DEFAULT,
     GEARMAND_T1,
     JOBWIRE_MEMORY,
+    JOBWIRE_MEMORY_PURE,
     JOBWIRE_SQLITE,
     OUT,
     BenchResult,
@@ -114,6 +115,8 @@ SCENARIOS: list[Scenario] = [
 ]
 SCENARIO_NAMES = [s.name for s in SCENARIOS]
 SERVER_GROUPS = ["gearmand", "jobwire-memory", "jobwire-sqlite"]
+#: Also accepted by --servers: jobwire-memory with the hot modules' pure-Python sources.
+EXTRA_GROUPS = ["jobwire-memory-pure"]
 
 
 @dataclass
@@ -237,8 +240,11 @@ def server_specs(groups: list[str], gearmand_threads: list[str]) -> list[ServerS
             specs.append(JOBWIRE_MEMORY)
         elif group == "jobwire-sqlite":
             specs.append(JOBWIRE_SQLITE)
+        elif group == "jobwire-memory-pure":
+            specs.append(JOBWIRE_MEMORY_PURE)
         else:
-            raise SystemExit(f"unknown server {group!r}: choose from {', '.join(SERVER_GROUPS)}")
+            choices = ", ".join(SERVER_GROUPS + EXTRA_GROUPS)
+            raise SystemExit(f"unknown server {group!r}: choose from {choices}")
     return specs
 
 
@@ -445,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--servers",
         default=",".join(SERVER_GROUPS),
-        help="comma-separated: gearmand, jobwire-memory, jobwire-sqlite",
+        help="comma-separated: gearmand, jobwire-memory, jobwire-sqlite, jobwire-memory-pure",
     )
     parser.add_argument(
         "--gearmand-threads",
@@ -492,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
         info["jobwire_rev"] = use_jobwire_rev(args.jobwire_rev) + " (exported commit)"
     print(
         "machine: {cpus} CPUs, {cpu}, Linux {kernel}, Python {python}, jobwire {jobwire_rev}, "
-        "{gearmand}; load average {loadavg}".format(**info),
+        "{gearmand}; load average {loadavg}\n{jobwire_build}".format(**info),
         flush=True,
     )
     rows: list[Row] = []
