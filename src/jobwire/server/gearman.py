@@ -278,7 +278,9 @@ class GearmanConnection(asyncio.Protocol):
                     if plain is not None:
                         fields = data[start:stop].split(b"\0", 2)
                         if len(fields) == 3 and len(fields[1]) <= MAX_UNIQUE:
-                            self.submit_plain(fields[0], fields[1], fields[2], *plain)
+                            # No *plain: a starred call is a slow generic call once compiled.
+                            priority, background = plain
+                            self.submit_plain(fields[0], fields[1], fields[2], priority, background)
                             pos = stop
                             continue
             except Exception:  # one bad request must not take the connection down
