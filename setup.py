@@ -21,6 +21,8 @@ ROOT = Path(__file__).resolve().parent
 PACKAGE = ROOT / "src" / "jobwire"
 native: dict[str, Any] = runpy.run_path(str(PACKAGE / "native.py"))
 record = ""
+#: pip also runs this file for build requirements and metadata, which need no C sources.
+BUILDS = {"build", "build_ext", "bdist_wheel", "editable_wheel", "develop", "install"}
 
 
 def warn(message: str) -> None:
@@ -76,5 +78,7 @@ class BuildExt(build_ext):
         return Path(self.get_finalized_command("build_py").get_package_dir("jobwire"))
 
 
-forget_build()
-setup(ext_modules=extensions(), cmdclass={"build_ext": BuildExt})
+building = bool(BUILDS & set(sys.argv))
+if building:
+    forget_build()
+setup(ext_modules=extensions() if building else [], cmdclass={"build_ext": BuildExt})

@@ -472,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         const="python",
         choices=["python", "native"],
         help="py-spy record jobwire during the measured run into bench/out/profile-*; "
-        "`--profile native` adds C frames (uvloop, syscalls)",
+        "`--profile native` adds C frames (uvloop, syscalls); py-spy sees no Python frames "
+        "inside the compiled hot modules (jobwire-memory-pure shows them)",
     )
     parser.add_argument(
         "--results",
