@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from jobwire.engine.errors import IllegalTransition, JobNotHeld, QueueFull
 from jobwire.engine.job import (
@@ -32,14 +32,14 @@ from jobwire.engine.timers import TimerHeap
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
 from jobwire.store.base import MemoryStore, Store, decode_ext
 
-_AVAILABLE = JobState.AVAILABLE
-_ACTIVE = JobState.ACTIVE
-_WAITING_STATES = (JobState.SCHEDULED, JobState.RETRYABLE)
+_AVAILABLE: Final = JobState.AVAILABLE
+_ACTIVE: Final = JobState.ACTIVE
+_WAITING_STATES: Final = (JobState.SCHEDULED, JobState.RETRYABLE)
 # Enum member lookups cost ~0.1 us each in Python 3.11: the per-job paths use these.
-_COMPLETED = JobState.COMPLETED
-_EV_COMPLETE = JobEvent.COMPLETE
-_RUNNING = WorkerState.RUNNING
-_PUSH = Dispatch.PUSH
+_COMPLETED: Final = JobState.COMPLETED
+_EV_COMPLETE: Final = JobEvent.COMPLETE
+_RUNNING: Final = WorkerState.RUNNING
+_PUSH: Final = Dispatch.PUSH
 
 UniqueKey = tuple[str, str | bytes]
 #: Told of every job transition as `observer(event, job)`; events: `jobwire.engine.events`.

@@ -9,14 +9,14 @@ entry is dropped when it reaches the head, keeping every operation O(1).
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from jobwire.engine.job import PRIORITY_HIGH, PRIORITY_LOW, Job, JobState
 
 if TYPE_CHECKING:
     from jobwire.engine.worker import WorkerSession
 
-_AVAILABLE = JobState.AVAILABLE
+_AVAILABLE: Final = JobState.AVAILABLE
 
 
 class Lane:

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from jobwire import __version__
 from jobwire.engine import (
@@ -43,54 +43,54 @@ from jobwire.server.runtime import Runtime
 log = logging.getLogger("jobwire.gearman")
 
 # gearmand's JOB_NOT_FOUND texts differ by packet; clients may match on them.
-NOT_HELD = "Job given in work result not found"
-NOT_ON_SERVER = "Job does not exist on server"
-EXCEPTION_NOT_FOUND = "An exception was received for a job that does not exist"
+NOT_HELD: Final = "Job given in work result not found"
+NOT_ON_SERVER: Final = "Job does not exist on server"
+EXCEPTION_NOT_FOUND: Final = "An exception was received for a job that does not exist"
 
-MAX_UNIQUE = 64
-MAX_CLIENT_ID = 127
+MAX_UNIQUE: Final = 64
+MAX_CLIENT_ID: Final = 127
 #: Output a peer leaves unread beyond this is a peer we stop serving.
-MAX_PENDING_OUTPUT = 256 * 1024 * 1024
+MAX_PENDING_OUTPUT: Final = 256 * 1024 * 1024
 #: Replaces the JOB_CREATED of a background job whose store commit failed.
 # Enum member lookups cost ~0.1 us each in Python 3.11; the per-packet paths use these.
-_ERROR = int(T.ERROR)
-_WORK_COMPLETE = int(T.WORK_COMPLETE)
-_WORK_DATA = int(T.WORK_DATA)
-_WORK_STATUS = int(T.WORK_STATUS)
-_WORK_WARNING = int(T.WORK_WARNING)
-_WORK_EXCEPTION = int(T.WORK_EXCEPTION)
-_WORK_FAIL = int(T.WORK_FAIL)
-_JOB_CREATED = int(T.JOB_CREATED)
-_STATUS_RES = int(T.STATUS_RES)
-_STATUS_RES_UNIQUE = int(T.STATUS_RES_UNIQUE)
-_OPTION_RES = int(T.OPTION_RES)
-_GRAB_JOB = int(T.GRAB_JOB)
-_GRAB_JOB_ALL = int(T.GRAB_JOB_ALL)
-_GRAB_JOB_UNIQ = int(T.GRAB_JOB_UNIQ)
-_JOB_ASSIGN = int(T.JOB_ASSIGN)
-_JOB_ASSIGN_ALL = int(T.JOB_ASSIGN_ALL)
-_JOB_ASSIGN_UNIQ = int(T.JOB_ASSIGN_UNIQ)
-_ECHO_RES = int(T.ECHO_RES)
-_EV_COMPLETE = JobEvent.COMPLETE
-_EV_DATA = JobEvent.DATA
-_EV_STATUS = JobEvent.STATUS
-_EV_WARNING = JobEvent.WARNING
-_EV_EXCEPTION = JobEvent.EXCEPTION
-_EV_FAIL = JobEvent.FAIL
-_ACTIVE = JobState.ACTIVE
-_FINAL_EVENTS = (_EV_COMPLETE, _EV_FAIL, _EV_EXCEPTION)
+_ERROR: Final = int(T.ERROR)
+_WORK_COMPLETE: Final = int(T.WORK_COMPLETE)
+_WORK_DATA: Final = int(T.WORK_DATA)
+_WORK_STATUS: Final = int(T.WORK_STATUS)
+_WORK_WARNING: Final = int(T.WORK_WARNING)
+_WORK_EXCEPTION: Final = int(T.WORK_EXCEPTION)
+_WORK_FAIL: Final = int(T.WORK_FAIL)
+_JOB_CREATED: Final = int(T.JOB_CREATED)
+_STATUS_RES: Final = int(T.STATUS_RES)
+_STATUS_RES_UNIQUE: Final = int(T.STATUS_RES_UNIQUE)
+_OPTION_RES: Final = int(T.OPTION_RES)
+_GRAB_JOB: Final = int(T.GRAB_JOB)
+_GRAB_JOB_ALL: Final = int(T.GRAB_JOB_ALL)
+_GRAB_JOB_UNIQ: Final = int(T.GRAB_JOB_UNIQ)
+_JOB_ASSIGN: Final = int(T.JOB_ASSIGN)
+_JOB_ASSIGN_ALL: Final = int(T.JOB_ASSIGN_ALL)
+_JOB_ASSIGN_UNIQ: Final = int(T.JOB_ASSIGN_UNIQ)
+_ECHO_RES: Final = int(T.ECHO_RES)
+_EV_COMPLETE: Final = JobEvent.COMPLETE
+_EV_DATA: Final = JobEvent.DATA
+_EV_STATUS: Final = JobEvent.STATUS
+_EV_WARNING: Final = JobEvent.WARNING
+_EV_EXCEPTION: Final = JobEvent.EXCEPTION
+_EV_FAIL: Final = JobEvent.FAIL
+_ACTIVE: Final = JobState.ACTIVE
+_FINAL_EVENTS: Final = (_EV_COMPLETE, _EV_FAIL, _EV_EXCEPTION)
 
-NOT_STORED = encode(_ERROR, b"QUEUE_ERROR", b"Job could not be stored")
+NOT_STORED: Final = encode(_ERROR, b"QUEUE_ERROR", b"Job could not be stored")
 
 # The hot path (`GearmanConnection._run_hot`) reads headers as three integers.
-_unpack_header = struct.Struct(">III").unpack_from
-_REQ = int.from_bytes(b"\0REQ", "big")
-_GRAB_JOB_T = int(T.GRAB_JOB)
-_GRAB_JOB_UNIQ_T = int(T.GRAB_JOB_UNIQ)
-_WORK_COMPLETE_T = int(T.WORK_COMPLETE)
-_PRE_SLEEP_T = int(T.PRE_SLEEP)
+_unpack_header: Final = struct.Struct(">III").unpack_from
+_REQ: Final = int.from_bytes(b"\0REQ", "big")
+_GRAB_JOB_T: Final = int(T.GRAB_JOB)
+_GRAB_JOB_UNIQ_T: Final = int(T.GRAB_JOB_UNIQ)
+_WORK_COMPLETE_T: Final = int(T.WORK_COMPLETE)
+_PRE_SLEEP_T: Final = int(T.PRE_SLEEP)
 #: SUBMIT_JOB* packets without extra fields: type -> (priority, background).
-_PLAIN_SUBMITS: dict[int, tuple[int, bool]] = {
+_PLAIN_SUBMITS: Final[dict[int, tuple[int, bool]]] = {
     T.SUBMIT_JOB: (PRIORITY_NORMAL, False),
     T.SUBMIT_JOB_BG: (PRIORITY_NORMAL, True),
     T.SUBMIT_JOB_HIGH: (PRIORITY_HIGH, False),
@@ -98,7 +98,7 @@ _PLAIN_SUBMITS: dict[int, tuple[int, bool]] = {
     T.SUBMIT_JOB_LOW: (PRIORITY_LOW, False),
     T.SUBMIT_JOB_LOW_BG: (PRIORITY_LOW, True),
 }
-_JOB_CREATED_HEAD = b"\0RES" + _JOB_CREATED.to_bytes(4, "big")
+_JOB_CREATED_HEAD: Final = b"\0RES" + _JOB_CREATED.to_bytes(4, "big")
 
 
 @dataclass(slots=True)

@@ -8,6 +8,8 @@ can no longer be framed.
 
 from __future__ import annotations
 
+from typing import Final
+
 from jobwire.protocols.gearman.packets import (
     HEADER,
     HEADER_SIZE,
@@ -19,8 +21,8 @@ from jobwire.protocols.gearman.packets import (
     PacketType,
 )
 
-DEFAULT_MAX_PACKET = 64 * 1024 * 1024
-DEFAULT_MAX_LINE = 8192
+DEFAULT_MAX_PACKET: Final = 64 * 1024 * 1024
+DEFAULT_MAX_LINE: Final = 8192
 
 
 class ProtocolError:
@@ -72,10 +74,10 @@ class AdminCommand:
 
 Message = Packet | AdminCommand | ProtocolError
 
-MAX_PACKET_TYPE = max(PacketType)
-NOT_EXPECTED = ProtocolError("INVALID_COMMAND", "Command not expected", fatal=False)
+MAX_PACKET_TYPE: Final = max(PacketType)
+NOT_EXPECTED: Final = ProtocolError("INVALID_COMMAND", "Command not expected", fatal=False)
 
-_unpack_header = HEADER.unpack_from
+_unpack_header: Final = HEADER.unpack_from
 
 
 class Decoder:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import struct
 from enum import IntEnum
+from typing import Final
 
-HEADER = struct.Struct(">4sII")
-HEADER_SIZE = HEADER.size
-REQ_MAGIC = b"\0REQ"
-RES_MAGIC = b"\0RES"
+HEADER: Final = struct.Struct(">4sII")
+HEADER_SIZE: Final = HEADER.size
+REQ_MAGIC: Final = b"\0REQ"
+RES_MAGIC: Final = b"\0RES"
 
 
 class PacketType(IntEnum):
@@ -65,7 +66,7 @@ class PacketType(IntEnum):
 T = PacketType
 
 #: Packets a client or worker sends (magic \0REQ), with their field counts.
-REQUEST_ARGC: dict[int, int] = {
+REQUEST_ARGC: Final[dict[int, int]] = {
     T.CAN_DO: 1,
     T.CANT_DO: 1,
     T.RESET_ABILITIES: 0,
@@ -99,7 +100,7 @@ REQUEST_ARGC: dict[int, int] = {
 }
 
 #: Packets the server sends (magic \0RES), with their field counts.
-RESPONSE_ARGC: dict[int, int] = {
+RESPONSE_ARGC: Final[dict[int, int]] = {
     T.NOOP: 0,
     T.JOB_CREATED: 1,
     T.NO_JOB: 0,
@@ -143,7 +144,7 @@ class Packet:
         return f"Packet({name}, {self.args!r})"
 
 
-_pack = HEADER.pack
+_pack: Final = HEADER.pack
 
 
 def encode(ptype: int, *args: bytes) -> bytes:
@@ -158,5 +159,5 @@ def encode_request(ptype: int, *args: bytes) -> bytes:
     return _pack(REQ_MAGIC, ptype, len(body)) + body
 
 
-NOOP = encode(T.NOOP)
-NO_JOB = encode(T.NO_JOB)
+NOOP: Final = encode(T.NOOP)
+NO_JOB: Final = encode(T.NO_JOB)
