@@ -30,7 +30,7 @@ from jobwire.engine.job import (
 from jobwire.engine.lanes import FunctionInfo, Lane
 from jobwire.engine.timers import TimerHeap
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
-from jobwire.store.base import MemoryStore, Store, decode_ext
+from jobwire.store.base import MemoryStore, Store, StoredJob, decode_ext
 
 _AVAILABLE: Final = JobState.AVAILABLE
 _ACTIVE: Final = JobState.ACTIVE
@@ -90,6 +90,24 @@ _FINISH_EVENTS = {
     JobState.CANCELLED: "job.cancelled",
     JobState.DISCARDED: "job.discarded",
 }
+
+
+def _background_copy(source: Job | StoredJob) -> Job:
+    """A new, queued background job with the identity and settings of `source` (a job being
+    revived, or a stored row being replayed)."""
+    job = Job(
+        source.id,
+        source.function,
+        source.payload,
+        source.queue,
+        source.unique,
+        source.priority,
+        True,
+        source.created_at,
+    )
+    job.max_attempts = source.max_attempts
+    job.reducer = source.reducer
+    return job
 
 
 def _better(job: Job, best: Job | None) -> bool:
@@ -747,19 +765,8 @@ class Engine:
         """
         if job.state is not JobState.DISCARDED:
             raise IllegalTransition(f"cannot retry a {job.state.name.lower()} job")
-        fresh = Job(
-            job.id,
-            job.function,
-            job.payload,
-            queue=job.queue,
-            unique=job.unique,
-            priority=job.priority,
-            background=True,
-            created_at=job.created_at,
-        )
-        fresh.max_attempts = job.max_attempts
+        fresh = _background_copy(job)
         fresh.lease_timeout = job.lease_timeout
-        fresh.reducer = job.reducer
         fresh.ext = job.ext
         self.jobs[fresh.id] = fresh
         key = self.unique_key(fresh.function, fresh.unique, fresh.payload)
@@ -853,21 +860,10 @@ class Engine:
         """Replay the store's jobs into the queues; jobs that were active count that attempt."""
         jobs = []
         for row in store.load():
-            job = Job(
-                row.id,
-                row.function,
-                row.payload,
-                queue=row.queue,
-                unique=row.unique,
-                priority=row.priority,
-                background=True,
-                created_at=row.created_at,
-            )
+            job = _background_copy(row)
             job.attempts = row.attempts
             job.row = row.row
-            job.max_attempts = row.max_attempts
             job.run_at = row.run_at
-            job.reducer = row.reducer
             if row.ext is not None:
                 job.ext = decode_ext(row.ext)
             jobs.append(job)

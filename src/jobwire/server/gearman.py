@@ -85,10 +85,7 @@ NOT_STORED: Final = encode(_ERROR, b"QUEUE_ERROR", b"Job could not be stored")
 # The hot path (`GearmanConnection._run_hot`) reads headers as three integers.
 _unpack_header: Final = struct.Struct(">III").unpack_from
 _REQ: Final = int.from_bytes(b"\0REQ", "big")
-_GRAB_JOB_T: Final = int(T.GRAB_JOB)
-_GRAB_JOB_UNIQ_T: Final = int(T.GRAB_JOB_UNIQ)
-_WORK_COMPLETE_T: Final = int(T.WORK_COMPLETE)
-_PRE_SLEEP_T: Final = int(T.PRE_SLEEP)
+_PRE_SLEEP: Final = int(T.PRE_SLEEP)
 #: SUBMIT_JOB* packets without extra fields: type -> (priority, background).
 _PLAIN_SUBMITS: Final[dict[int, tuple[int, bool]]] = {
     T.SUBMIT_JOB: (PRIORITY_NORMAL, False),
@@ -257,7 +254,7 @@ class GearmanConnection(asyncio.Protocol):
             if magic != _REQ or stop > end or size > max_packet:
                 break
             try:
-                if ptype == _WORK_COMPLETE_T:
+                if ptype == _WORK_COMPLETE:
                     fields = data[start:stop].split(b"\0", 1)
                     if len(fields) == 2:
                         job = self.held(fields[0])
@@ -265,11 +262,11 @@ class GearmanConnection(asyncio.Protocol):
                             self.engine.complete(job, fields[1])
                         pos = stop
                         continue
-                elif ptype in (_GRAB_JOB_T, _GRAB_JOB_UNIQ_T):
+                elif ptype in (_GRAB_JOB, _GRAB_JOB_UNIQ):
                     self.grab((), ptype)
                     pos = stop
                     continue
-                elif ptype == _PRE_SLEEP_T:
+                elif ptype == _PRE_SLEEP:
                     self.pre_sleep(())
                     pos = stop
                     continue
@@ -527,12 +524,7 @@ class GearmanConnection(asyncio.Protocol):
         except QueueFull as exc:
             self.error("QUEUE_ERROR", str(exc))
             return
-        if not background:
-            self.waiting[job] = None
-        elif self.durable:
-            self.acks.append((self.sent + len(self.out), job, created))
-            self.durable_replies += 1
-        self.send(encode(_JOB_CREATED, job.id.encode()))
+        self._job_created(job, created, background)
 
     def submit_plain(
         self,
@@ -542,7 +534,7 @@ class GearmanConnection(asyncio.Protocol):
         priority: int,
         background: bool,
     ) -> None:
-        """`submit` without options (the hot path); the unique id is checked for size."""
+        """`submit` without options (the hot path); the caller checked the unique id's size."""
         try:
             job, created = self.engine.enqueue(
                 self.server.name(raw_function),
@@ -555,6 +547,11 @@ class GearmanConnection(asyncio.Protocol):
         except QueueFull as exc:
             self.error("QUEUE_ERROR", str(exc))
             return
+        self._job_created(job, created, background)
+
+    def _job_created(self, job: Job, created: bool, background: bool) -> None:
+        """Answer a submit: a foreground client now waits on the job; a background job's
+        JOB_CREATED waits for the store (see `_release`)."""
         if not background:
             self.waiting[job] = None
         elif self.durable:
