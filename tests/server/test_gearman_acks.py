@@ -178,12 +178,14 @@ def test_an_assignment_does_not_wait_for_its_attempt_to_be_stored() -> None:
         assert transport.take() == created("H:1") + created("H:2")
         conn.data_received(encode_request(T.CAN_DO, b"f") + encode_request(T.GRAB_JOB))
         store.end_turn()
+        await asyncio.sleep(0)  # the end of the loop turn, when replies are written
         assert store.pending()  # the lease is on its way to the disk
         assert transport.take() == assign("H:1", b"a")
         # A result and the next grab: neither waits for the commits before them.
         conn.data_received(
             encode_request(T.WORK_COMPLETE, b"H:1", b"ok") + encode_request(T.GRAB_JOB)
         )
+        await asyncio.sleep(0)
         assert transport.take() == assign("H:2", b"b")
 
     asyncio.run(main())

@@ -179,6 +179,7 @@ def test_a_large_packet_in_many_reads_is_handled_once_complete() -> None:
         for cut in [*cuts, len(stream)]:
             conn.data_received(stream[start:cut])
             start = cut
+        await asyncio.sleep(0)  # the end of the loop turn, when replies are written
         return bytes(transport.data), engine.jobs["H:1"].payload
 
     written, stored = asyncio.run(main())

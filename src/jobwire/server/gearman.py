@@ -210,7 +210,8 @@ class GearmanConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         durable_before = self.durable_replies
-        self.dirty = True  # replies to this read are flushed below, not at the end of the turn
+        was_dirty = self.dirty
+        self.dirty = True  # sends below need not mark the connection: done once at the end
         decoder = self.decoder
         if decoder.buffered:
             if decoder.short_of(len(data)):  # the buffered packet is still incomplete
@@ -225,7 +226,11 @@ class GearmanConnection(asyncio.Protocol):
             self._run_messages(data)
         if self.durable_replies != durable_before:
             self._hold_until_committed()
-        self.flush()
+        if not was_dirty:
+            # Written at the end of the loop turn, with whatever other reads of this turn
+            # add (a client's JOB_CREATED together with results of its jobs), and after
+            # the events this read made for other connections, which a job waits for.
+            self.server.runtime.mark_dirty(self)
 
     def _hold_until_committed(self) -> None:
         """Acknowledge only what is durable: hold the output queued so far until commit."""
@@ -362,6 +367,26 @@ class GearmanConnection(asyncio.Protocol):
             self.dirty = True
             self.server.runtime.mark_dirty(self)
 
+    def send_now(self, data: bytes) -> None:
+        """Write at once, ahead of this turn's batch: for NOOP and NO_JOB.
+
+        They go out at most once each time a worker runs dry, so writing them alone costs
+        no batching under load, and it takes a write off the critical path of the next job
+        (the worker sleeps, or is woken, before the other replies of this turn are written).
+        """
+        transport = self.transport
+        if (
+            transport is not None
+            and not self.out
+            and not self.holds
+            and not self.closing
+            and not self.write_paused
+        ):
+            transport.write(data)
+            self.sent += 1
+        else:
+            self.send(data)
+
     def flush(self) -> None:
         if self.push_due:
             self._answer_held_grabs()
@@ -432,7 +457,7 @@ class GearmanConnection(asyncio.Protocol):
     def wake(self) -> None:
         """WorkerHandler: work is waiting."""
         if not self.held_grabs:
-            self.send(NOOP)
+            self.send_now(NOOP)
             return
         # Hand the job to a waiting GRAB, after the engine call that woke us has finished.
         self.push_due = True
@@ -653,7 +678,7 @@ class GearmanConnection(asyncio.Protocol):
 
     def pre_sleep(self, args: tuple[bytes, ...]) -> None:
         if self.engine.sleep(self.session()):
-            self.send(NOOP)
+            self.send_now(NOOP)
 
     def grab(self, args: tuple[bytes, ...], kind: int) -> None:
         worker = self.session()
@@ -663,7 +688,7 @@ class GearmanConnection(asyncio.Protocol):
                 self.held_grabs.append(kind)
                 self._wait_for_work(worker)
             else:
-                self.send(NO_JOB)
+                self.send_now(NO_JOB)
             return
         self._assign(job, kind)
         if self.held_grabs:  # grabbing took the worker off the engine's waiting list
