@@ -71,7 +71,8 @@ def measure(name: str, run: Any) -> None:
 def main() -> None:
     loop = asyncio.new_event_loop()
     engine = Engine(EngineConfig(handle_prefix="H:bench"))
-    server = GearmanServer(Runtime(engine, loop), GearmanOptions())
+    runtime = Runtime(engine, loop)
+    server = GearmanServer(runtime, GearmanOptions())
     client = connect(server)
     worker = connect(server)
 
@@ -80,9 +81,14 @@ def main() -> None:
         for _ in range(JOBS // BATCH)
     ]
 
+    def end_turn() -> None:
+        """Write what this turn batched, as the loop's end-of-turn callback would."""
+        runtime.flush_all()
+
     def enqueue() -> None:
         for chunk in submits:
             client.data_received(chunk)
+            end_turn()
 
     measure("enqueue (bg submit)", enqueue)
 
@@ -92,9 +98,11 @@ def main() -> None:
     def drain() -> None:
         for _ in range(JOBS // BATCH * BATCH):
             worker.data_received(grab)
+            end_turn()
             job = next(iter(worker.worker.jobs)) if worker.worker and worker.worker.jobs else None
             if job is not None:
                 worker.data_received(request(13, job.encode(), b"ok"))
+                end_turn()
 
     measure("drain (grab+complete)", drain)
 
@@ -103,11 +111,13 @@ def main() -> None:
     def foreground() -> None:
         for _ in range(JOBS // BATCH * BATCH):
             client.data_received(fg)
+            end_turn()
             worker.data_received(grab)
+            end_turn()
             assert worker.worker is not None
             handle = next(iter(worker.worker.jobs))
             worker.data_received(request(13, handle.encode(), b"ok"))
-        loop.run_until_complete(asyncio.sleep(0))
+            end_turn()
 
     measure("fg (submit..complete)", foreground)
     loop.close()

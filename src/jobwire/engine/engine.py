@@ -8,7 +8,6 @@ runs on the event loop thread, so there are no locks.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import socket
 import time
@@ -137,8 +136,9 @@ class Engine:
         self.queues: dict[str, QueueInfo] = {}
         self.workers: dict[str, WorkerSession] = {}
         self.timers = TimerHeap()
-        self._seq = itertools.count(1)
-        self._handle_numbers = itertools.count(1)
+        # Plain integers, not itertools.count: next() is a generic call in compiled code.
+        self._last_seq = 0
+        self._last_handle = 0
         self._handle_prefix = self.config.handle_prefix + ":"
         self._finished: deque[tuple[float, Job]] = deque()
         #: Seconds to wait before a failed job is retried; protocols with retry policies set it.
@@ -149,7 +149,8 @@ class Engine:
     # ------------------------------------------------------------------ ids and registry
 
     def next_handle(self) -> str:
-        return f"{self._handle_prefix}{next(self._handle_numbers)}"
+        self._last_handle += 1
+        return f"{self._handle_prefix}{self._last_handle}"
 
     def function(self, name: str) -> FunctionInfo:
         """The function's record, created on first mention (as gearmand's are)."""
@@ -231,7 +232,7 @@ class Engine:
             self._check_max_queue(fn, priority)
         now = self.clock()
         if job_id is None:
-            job_id = f"{self._handle_prefix}{next(self._handle_numbers)}"
+            job_id = self.next_handle()
         job = Job(
             job_id,
             function,
@@ -284,8 +285,9 @@ class Engine:
         fn = self.functions.get(function) or self.function(function)
         if fn.max_queue is not None:
             self._check_max_queue(fn, priority)
+        self._last_handle += 1
         job = Job(
-            f"{self._handle_prefix}{next(self._handle_numbers)}",
+            f"{self._handle_prefix}{self._last_handle}",
             function,
             payload,
             None,
@@ -347,7 +349,8 @@ class Engine:
     def _make_available(self, job: Job, fn: FunctionInfo, *, front: bool = False) -> None:
         job.state = _AVAILABLE
         if not front:
-            job.seq = next(self._seq)
+            self._last_seq += 1
+            job.seq = self._last_seq
         lane = fn.lanes.get(job.queue) or self._lane(fn, job.queue)
         lane.push(job, front)
         if fn.waiters:
@@ -891,5 +894,5 @@ class Engine:
                 self._make_available(job, fn)
             count += 1
         if top:
-            self._handle_numbers = itertools.count(max(top + 1, next(self._handle_numbers)))
+            self._last_handle = max(top, self._last_handle)
         return count

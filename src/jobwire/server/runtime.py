@@ -39,9 +39,10 @@ class Runtime:
         self._dirty.append(conn)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.loop.call_soon(self._flush_all)
+            self.loop.call_soon(self.flush_all)
 
-    def _flush_all(self) -> None:
+    def flush_all(self) -> None:
+        """Write the output of every connection touched in this turn."""
         self._flush_scheduled = False
         dirty, self._dirty = self._dirty, []
         for conn in dirty:
