@@ -29,6 +29,7 @@ MODULES = (
     "jobwire.protocols.gearman.decoder",
     "jobwire.protocols.gearman.packets",
     "jobwire.server.gearman",
+    "jobwire.server.runtime",
 )
 GROUP = "jobwire.hot"
 #: Written beside this file by setup.py after a successful compile: the sources it compiled.
