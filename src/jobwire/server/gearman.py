@@ -142,14 +142,20 @@ class GearmanServer:
         self.connections: dict[int, GearmanConnection] = {}
         self._next_conn_id = 0
         self._names: dict[bytes, str] = {}
+        self._last_raw = b""  # the last name decoded, and what it decoded to
+        self._last_name = ""
 
     def name(self, raw: bytes) -> str:
         """Function names repeat on every packet; decode each once."""
+        if raw == self._last_raw:  # a run of one function: compare, no hashing
+            return self._last_name
         name = self._names.get(raw)
         if name is None:
             if len(self._names) > 65536:
                 self._names.clear()
             name = self._names[raw] = _decode(raw)
+        self._last_raw = raw
+        self._last_name = name
         return name
 
     def connection_made(self, conn: GearmanConnection) -> int:
