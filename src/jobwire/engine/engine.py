@@ -407,6 +407,7 @@ class Engine:
                 self._notify(fn, head)
 
     def _wait(self, worker: WorkerSession) -> None:
+        worker.waiting = True
         for name in worker.abilities:
             self.function(name).waiters[worker] = None
 
@@ -428,11 +429,15 @@ class Engine:
                         self._notify(fn, head)
 
     def _stop_waiting(self, worker: WorkerSession) -> None:
+        if not worker.waiting:  # called on every grab: most often there is nothing to undo
+            return
+        worker.waiting = False
         functions = self.functions
         for name in worker.abilities:
             fn = functions.get(name)
-            if fn is not None:
-                fn.waiters.pop(worker, None)
+            # `in` and `del` compile to native dict operations; pop(key, default) does not.
+            if fn is not None and worker in fn.waiters:
+                del fn.waiters[worker]
 
     # ------------------------------------------------------------------ workers
 

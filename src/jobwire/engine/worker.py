@@ -56,6 +56,7 @@ class WorkerSession:
         "protocol",
         "queues",
         "state",
+        "waiting",
     )
 
     def __init__(
@@ -79,6 +80,8 @@ class WorkerSession:
         self.credit = 0  # PUSH: jobs the worker asked for and has not yet been given
         self.state = WorkerState.RUNNING
         self.last_seen = 0.0
+        # May be in its functions' waiter lists (the engine's to keep; False: surely not).
+        self.waiting = False
         self.info: dict[str, Any] = {}  # registration metadata (host, pid, labels, ...)
 
     @property
