@@ -40,21 +40,23 @@ def created(handle: bytes) -> bytes:
     return HEADER.pack(b"\0RES", T.JOB_CREATED, len(handle)) + handle
 
 
-async def connect(
-    server: GearmanServer, name: str, log: list[tuple[str, bytes]]
-) -> GearmanConnection:
-    conn = server.protocol_factory()
-    conn.connection_made(LoggingTransport(name, log))  # type: ignore[arg-type]
-    return conn
+def connect(*names: str) -> tuple[list[tuple[str, bytes]], list[GearmanConnection]]:
+    """Connections to one new server (on the running loop), in the order named, whose
+    writes all go to the returned log."""
+    engine = Engine(EngineConfig(handle_prefix="H"))
+    server = GearmanServer(Runtime(engine, asyncio.get_running_loop()), GearmanOptions())
+    log: list[tuple[str, bytes]] = []
+    conns = []
+    for name in names:
+        conn = server.protocol_factory()
+        conn.connection_made(LoggingTransport(name, log))  # type: ignore[arg-type]
+        conns.append(conn)
+    return log, conns
 
 
 def test_a_sleeping_worker_is_woken_before_the_submit_is_answered() -> None:
     async def main() -> list[tuple[str, bytes]]:
-        engine = Engine(EngineConfig(handle_prefix="H"))
-        server = GearmanServer(Runtime(engine, asyncio.get_running_loop()), GearmanOptions())
-        log: list[tuple[str, bytes]] = []
-        worker = await connect(server, "worker", log)
-        client = await connect(server, "client", log)
+        log, (worker, client) = connect("worker", "client")
         worker.data_received(
             encode_request(T.CAN_DO, b"f")
             + encode_request(T.GRAB_JOB)
@@ -77,11 +79,7 @@ def test_a_result_goes_out_with_the_replies_batched_in_its_turn() -> None:
     job that finished in the same turn: one write."""
 
     async def main() -> list[tuple[str, bytes]]:
-        engine = Engine(EngineConfig(handle_prefix="H"))
-        server = GearmanServer(Runtime(engine, asyncio.get_running_loop()), GearmanOptions())
-        log: list[tuple[str, bytes]] = []
-        client = await connect(server, "client", log)
-        worker = await connect(server, "worker", log)
+        log, (client, worker) = connect("client", "worker")
         client.data_received(encode_request(T.SUBMIT_JOB, b"f", b"", b"x"))
         worker.data_received(encode_request(T.CAN_DO, b"f") + encode_request(T.GRAB_JOB))
         await asyncio.sleep(0)

@@ -285,9 +285,8 @@ class Engine:
         fn = self.functions.get(function) or self.function(function)
         if fn.max_queue is not None:
             self._check_max_queue(fn, priority)
-        self._last_handle += 1
         job = Job(
-            f"{self._handle_prefix}{self._last_handle}",
+            self.next_handle(),
             function,
             payload,
             None,

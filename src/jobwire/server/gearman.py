@@ -92,9 +92,8 @@ _PLAIN_SUBMITS: Final[dict[int, tuple[int, bool]]] = {
     T.SUBMIT_JOB_LOW: (PRIORITY_LOW, False),
     T.SUBMIT_JOB_LOW_BG: (PRIORITY_LOW, True),
 }
-_JOB_CREATED_HEAD: Final = b"\0RES" + _JOB_CREATED.to_bytes(4, "big")
 #: JOB_CREATED headers by handle length, for handles up to 63 bytes (all of ours).
-_JOB_CREATED_HEADS: Final = [_JOB_CREATED_HEAD + n.to_bytes(4, "big") for n in range(64)]
+_JOB_CREATED_HEADS: Final = [encode(_JOB_CREATED, bytes(size))[:12] for size in range(64)]
 
 
 # The hot path reads headers and finds separators with these instead of struct and split:
@@ -265,10 +264,10 @@ class GearmanConnection(asyncio.Protocol):
         """Handle the complete packets at the front of `data`; return the bytes consumed.
 
         The common packets (plain submits with or without a unique id, grab, complete,
-        sleep) are handled
-        here without building messages; any other complete packet goes through the decoder
-        on its own. A text line, a partial or oversized packet or a bad magic stops the
-        run: the decoder takes the rest, so framing errors are handled in one place.
+        sleep) are handled here without building messages; any other complete packet goes
+        through the decoder on its own. A text line, a partial or oversized packet or a bad
+        magic stops the run: the decoder takes the rest, so framing errors are handled in one
+        place.
         """
         pos = 0
         end = len(data)
@@ -615,10 +614,10 @@ class GearmanConnection(asyncio.Protocol):
             self.durable_replies += 1
         handle = job.id.encode()
         size = len(handle)
-        if size < 64:
+        if size < len(_JOB_CREATED_HEADS):
             self.send(_JOB_CREATED_HEADS[size] + handle)
         else:
-            self.send(_JOB_CREATED_HEAD + size.to_bytes(4, "big") + handle)
+            self.send(encode(_JOB_CREATED, handle))
 
     def submit_epoch(self, args: tuple[bytes, ...]) -> None:
         raw_epoch = args[2]
