@@ -1,6 +1,6 @@
 """The OJS conformance suites (levels 0-4, 133 JSON tests) against a real jobwire process.
 
-The JSON tests are read from ../shared/ojs-conformance/suites beside the repository and run by
+The JSON tests are read from tests/ojs/conformance/suites (a copy kept in the repository) and run by
 `tests.ojs.dsl`, a Python interpreter of the suite's DSL, one pytest case per JSON test, with
 the server reset (`POST /ojs/v1/admin/reset`, served with `--allow-reset`) before each.
 
@@ -22,8 +22,7 @@ import pytest
 from tests.ojs.dsl import Runner
 from tests.servers import ServerProcess, start_jobwire
 
-REPO = Path(__file__).resolve().parents[2]
-SUITES = (REPO / ".." / "shared" / "ojs-conformance" / "suites").resolve()
+SUITES = Path(__file__).resolve().parent / "conformance" / "suites"
 LEVELS = {
     0: "level-0-core",
     1: "level-1-reliable",
