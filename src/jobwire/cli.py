@@ -101,8 +101,8 @@ def _setup_logging(log_file: str, verbose: str) -> None:
     type=click.Choice(["always", "batch", "off"]),
     default="batch",
     show_default=True,
-    help="sqlite store: batch syncs every group commit; always also commits each loop turn "
-    "alone; off leaves syncing to the OS (a crash of the machine can lose jobs).",
+    help="sqlite store: batch syncs every group commit to the redo log; always also writes "
+    "each loop turn alone; off leaves syncing to the OS (a crash of the machine can lose jobs).",
 )
 @click.option(
     "-j",

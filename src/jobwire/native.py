@@ -30,6 +30,7 @@ MODULES = (
     "jobwire.protocols.gearman.packets",
     "jobwire.server.gearman",
     "jobwire.server.runtime",
+    "jobwire.store.sqlite",
 )
 GROUP = "jobwire.hot"
 #: Written beside this file by setup.py after a successful compile: the sources it compiled.

@@ -7,6 +7,8 @@ thread to be busy, a temporary trigger calls a Python function that blocks until
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import sqlite3
 import threading
 from collections.abc import Awaitable, Callable
@@ -16,6 +18,7 @@ from typing import TypeVar
 import pytest
 
 from jobwire.engine import Engine, EngineConfig, Job, JobState, WorkerSession
+from jobwire.store import redolog
 from jobwire.store.base import StoredJob
 from jobwire.store.sqlite import SCHEMA_VERSION, SQLiteStore, StoreError
 
@@ -43,6 +46,13 @@ def make_job(number: int, **fields: object) -> Job:
     return job
 
 
+def crash(store: SQLiteStore) -> None:
+    """Stop the store as a killed server would: the log written so far, no checkpoint."""
+    store._log.stop()
+    store._closed = True
+    store._conn.close()
+
+
 def loaded(path: Path) -> list[StoredJob]:
     store = SQLiteStore(path)
     try:
@@ -52,19 +62,20 @@ def loaded(path: Path) -> list[StoredJob]:
 
 
 class Gate:
-    """Blocks the writer thread inside its next INSERT until `open()` is called."""
+    """Blocks the redo log's thread inside its next write until `open()` is called."""
 
     def __init__(self, store: SQLiteStore) -> None:
         self.entered = threading.Event()
         self.release = threading.Event()
-        conn = store._conn
-        conn.create_function("gate", 0, self._wait)
-        conn.execute("CREATE TEMP TRIGGER gate BEFORE INSERT ON jobs BEGIN SELECT gate(); END")
+        redo = store._log
+        write = redo._write
 
-    def _wait(self) -> int:
-        self.entered.set()
-        self.release.wait()
-        return 0
+        def gated(data: bytes) -> str | None:
+            self.entered.set()
+            self.release.wait()
+            return write(data)
+
+        redo._write = gated  # type: ignore[method-assign]
 
     def open(self) -> None:
         self.release.set()
@@ -182,28 +193,33 @@ def test_batch_merges_turns_written_during_a_commit(
     assert len(loaded(tmp_path / "jobs.db")) == 3
 
 
-def test_failed_commit_reports_not_ok_and_the_store_recovers(tmp_path: Path) -> None:
+def test_failed_write_reports_not_ok_and_the_store_recovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "jobs.db"
     store = SQLiteStore(path)
-    conn = store._conn
-    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    pwrite = os.pwrite
+
+    def disk_full(fd: int, data: bytes, offset: int) -> int:
+        pwrite(fd, data[: len(data) // 2], offset)  # half a frame reaches the file
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     async def main() -> None:
         store.job_saved(make_job(1))
         assert await committed(store)
-        # Disk full, as SQLite reports it: the file may not grow beyond its current size.
-        conn.execute(f"PRAGMA max_page_count = {pages + 1}")
+        monkeypatch.setattr(redolog.os, "pwrite", disk_full)
         for number in range(2, 10):
-            store.job_saved(make_job(number, payload=bytes(100_000)))
+            store.job_saved(make_job(number))
         assert not await committed(store)
-        assert store.last_error is not None and "full" in store.last_error
-        conn.execute("PRAGMA max_page_count = 1073741823")
+        assert store.last_error is not None and "No space" in store.last_error
+        monkeypatch.setattr(redolog.os, "pwrite", pwrite)
         store.job_saved(make_job(10))
         assert await committed(store)
         assert store.last_error is None
 
     run(main)
-    store.close()
+    # As if killed: the next open reads the log, which holds no trace of the failed write.
+    crash(store)
     assert [row.id for row in loaded(path)] == ["H:test:1", "H:test:10"]
 
 
@@ -358,3 +374,171 @@ def test_attributes_that_are_not_json_do_not_lose_the_job(tmp_path: Path) -> Non
         ("H:test:1", None),
         ("H:test:2", b'{"fine":[1,2]}'),
     ]
+
+
+# ---------------------------------------------------------------------- redo log, checkpoints
+
+
+def redo_files(path: Path) -> list[str]:
+    return sorted(entry.name for entry in path.parent.iterdir() if "-redo-" in entry.name)
+
+
+def count_inserts(store: SQLiteStore) -> list[int]:
+    """A list whose length counts the rows SQLite inserts into `jobs` from now on."""
+    inserted: list[int] = []
+    conn = store._conn
+    conn.create_function("counted", 0, lambda: inserted.append(1) or 0)
+    conn.execute("CREATE TEMP TRIGGER counted BEFORE INSERT ON jobs BEGIN SELECT counted(); END")
+    return inserted
+
+
+def test_acknowledged_jobs_survive_a_crash_through_the_log_alone(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    inserted = count_inserts(store)
+
+    async def main() -> None:
+        first = make_job(1, unique="u1", max_attempts=2, ext={"k": "v"})
+        store.job_saved(first)
+        store.job_saved(make_job(2))
+        assert await committed(store)
+        store.job_removed(first)
+        store.job_saved(make_job(3))
+        store.kv_put("cron", "nightly", b"{}")
+        assert await committed(store)
+
+    run(main)
+    assert inserted == []  # SQLite is not on the acknowledgement path
+    assert redo_files(path) == ["jobs.db-redo-1"]
+    crash(store)
+
+    store = SQLiteStore(path)  # applies the log, checkpoints it and drops it
+    assert redo_files(path) == []
+    assert [(row.id, row.row) for row in store.load()] == [("H:test:2", 2), ("H:test:3", 3)]
+    assert store.kv_load("cron") == {"nightly": b"{}"}
+    store.close()
+
+
+def test_checkpoints_move_the_log_into_sqlite_and_remove_it(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path, checkpoint_bytes=2000)
+    jobs = [make_job(number) for number in range(1, 201)]
+
+    async def main() -> None:
+        for start in range(0, 200, 10):  # 20 batches, each well past a tenth of the limit
+            for job in jobs[start : start + 10]:
+                store.job_saved(job)
+            assert await committed(store)
+            await asyncio.sleep(0)
+        for job in jobs[::2]:
+            store.job_removed(job)
+        assert await committed(store)
+        while store._checkpoint is not None:  # the last one may still be running
+            await asyncio.sleep(0.01)
+
+    run(main)
+    assert store.checkpoints >= 2
+    # At most the current generation's file is left; SQLite has every checkpointed row.
+    assert set(redo_files(path)) <= {f"jobs.db-redo-{store._generation}"}
+    crash(store)
+    assert [row.id for row in loaded(path)] == [job.id for job in jobs[1::2]]
+    assert redo_files(path) == []
+
+
+def test_a_job_saved_and_removed_between_checkpoints_never_reaches_sqlite(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    kept = make_job(1)
+
+    async def main() -> None:
+        store.job_saved(kept)
+        assert await committed(store)
+        for number in range(2, 6):  # each in a batch of its own, removed in later ones
+            job = make_job(number)
+            store.job_saved(job)
+            assert await committed(store)
+            store.job_removed(job)
+            assert await committed(store)
+
+    run(main)
+    inserted = count_inserts(store)
+    store.close()
+    assert len(inserted) == 1
+    assert [row.id for row in loaded(path)] == ["H:test:1"]
+
+
+def test_a_failed_checkpoint_keeps_the_log_and_the_next_one_writes_it_all(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path, checkpoint_bytes=3000)
+    conn = store._conn
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    # Each frame passes the limit: every batch ends a generation.
+    jobs = [make_job(number, payload=bytes(5000)) for number in range(1, 21)]
+
+    async def checkpointed() -> None:
+        while store._checkpoint is not None or store._rotated_after is not None:
+            await asyncio.sleep(0.01)
+
+    async def main() -> None:
+        # Disk full, as SQLite reports it: the database may not grow. The log still can.
+        conn.execute(f"PRAGMA max_page_count = {pages}")
+        for job in jobs[:10]:
+            store.job_saved(job)
+            assert await committed(store)
+        await checkpointed()
+        assert store.checkpoints == 0
+        assert len(redo_files(path)) >= 2  # the failed generation's file is kept
+        conn.execute("PRAGMA max_page_count = 1073741823")
+        for job in jobs[10:]:
+            store.job_saved(job)
+            assert await committed(store)
+        await checkpointed()
+        assert store.checkpoints >= 1
+
+    run(main)
+    crash(store)
+    assert [row.id for row in loaded(path)] == [job.id for job in jobs]
+
+
+def test_a_torn_frame_at_the_end_of_the_log_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+
+    async def main() -> None:
+        store.job_saved(make_job(1))
+        assert await committed(store)
+
+    run(main)
+    crash(store)
+    log_file = path.parent / "jobs.db-redo-1"
+    whole = log_file.read_bytes()
+    # A crash in the middle of the next write: half a frame (it was never acknowledged).
+    log_file.write_bytes(whole + redolog.frame(b"x" * 100)[:60])
+    assert [row.id for row in loaded(path)] == ["H:test:1"]
+
+
+def test_a_log_frame_that_cannot_be_decoded_refuses_to_start(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    SQLiteStore(path).close()  # its checkpoint covers generation 1
+    (tmp_path / "jobs.db-redo-1").write_bytes(b"older than the checkpoint: skipped")
+    (tmp_path / "jobs.db-redo-2").write_bytes(redolog.frame(b"not marshal data"))
+    with pytest.raises(StoreError, match="redo log"):
+        SQLiteStore(path)
+    assert (tmp_path / "jobs.db-redo-2").exists()  # left for whoever investigates
+
+
+def test_a_version_2_file_gains_the_checkpoint_table(tmp_path: Path) -> None:
+    path = tmp_path / "v2.db"
+    SQLiteStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE checkpoint")
+    conn.execute("PRAGMA user_version = 2")
+    conn.commit()
+    conn.close()
+    store = SQLiteStore(path)
+    assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    store.close()

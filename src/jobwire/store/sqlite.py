@@ -1,22 +1,30 @@
-"""The SQLite store: one file, WAL mode, group commit on a writer thread.
+"""The SQLite store: a redo log for acknowledgements, SQLite for everything that lasts.
 
 The engine calls `job_saved` / `job_removed` on the event loop thread. They only note the
 job in the current batch (the latest change per job wins), and the first write of a loop
 turn schedules a hand-off. The hand-off turns the batch into rows, still on the loop thread
-where jobs may be read safely, and gives them to the writer thread, which runs the whole
-batch as one transaction. When the commit is done (or has failed) the loop thread learns of
-it and calls the `after_commit` callbacks registered for that batch and earlier ones, with
-`ok` telling whether it reached the disk.
+where jobs may be read safely, and appends them as one frame to the redo log
+(`jobwire.store.redolog`), whose thread writes and fsyncs it. When that is done (or has
+failed) the loop thread learns of it and calls the `after_commit` callbacks registered for
+that batch and earlier ones, with `ok` telling whether it reached the disk.
+
+The rows of durable batches gather in memory (`_unsaved`, the latest per job). Once the
+log has grown by `checkpoint_bytes`, the store starts a new log file and a checkpoint
+thread writes the gathered rows to SQLite in one transaction, which also records the last
+log generation it covers; then the older log files are deleted. So SQLite is off the
+acknowledgement path, and a job that ends before the next checkpoint never reaches it.
+Opening the store applies the log files newer than SQLite's checkpoint; closing it
+checkpoints everything and leaves no log behind.
 
 Fsync policies (`--fsync`):
 
-- `batch` (default): `synchronous=FULL`, so every commit is fsynced before anyone hears of
-  it. While one commit runs, the writes of the following loop turns gather into the next
-  one: under load a commit carries many turns and the fsync cost is shared.
-- `always`: `synchronous=FULL`, and every loop turn that wrote is committed on its own,
-  never merged with later turns: a failed commit affects one turn's requests only. Slower.
-- `off`: `synchronous=OFF`. Commits still finish before clients are answered, so a killed
-  server loses nothing, but a power cut or OS crash can lose acknowledged jobs.
+- `batch` (default): every log write is fsynced before anyone hears of it. While one write
+  runs, the frames of the following loop turns gather into the next one: under load a
+  write carries many turns and the fsync cost is shared.
+- `always`: fsynced, and every loop turn that wrote is written on its own, never merged
+  with later turns: a failed write affects one turn's requests only. Slower.
+- `off`: nothing is fsynced. Log writes still finish before clients are answered, so a
+  killed server loses nothing, but a power cut or OS crash can lose acknowledged jobs.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-import queue
+import marshal
 import sqlite3
 import threading
 import time
@@ -36,11 +44,14 @@ from typing import Any, TypeVar
 
 from jobwire.engine.job import Job
 from jobwire.store.base import StoredJob, encode_ext
+from jobwire.store.redolog import RedoLog, read_frames
 
 log = logging.getLogger("jobwire.store")
 
 FSYNC_POLICIES = ("always", "batch", "off")
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+#: Log bytes between two checkpoints: bounds the log on disk and the replay at start.
+CHECKPOINT_BYTES = 16 << 20
 
 # `seq` is the rowid and the store's key for a job (`Job.row`): given out in enqueue order
 # and kept by every rewrite, so scanning by it replays jobs in their original order without
@@ -92,6 +103,10 @@ CREATE TABLE IF NOT EXISTS kv (
 _KV_PUT = "INSERT OR REPLACE INTO kv (namespace, key, value) VALUES (?, ?, ?)"
 _KV_DELETE = "DELETE FROM kv WHERE namespace = ? AND key = ?"
 _KV_LOAD = "SELECT key, value FROM kv WHERE namespace = ?"
+# The last redo log generation whose changes are in this file (one row; none: 0).
+_CHECKPOINT_SCHEMA = "CREATE TABLE IF NOT EXISTS checkpoint (generation INTEGER NOT NULL)"
+_CHECKPOINT_LOAD = "SELECT generation FROM checkpoint"
+_CHECKPOINT_SAVE = ("DELETE FROM checkpoint", "INSERT INTO checkpoint (generation) VALUES (?)")
 #: Rows per statement. Many rows per statement, because the writer thread gives up the GIL
 #: around every statement and waits to get it back while the loop thread is busy.
 _STATEMENT_SIZES = (256, 32, 4, 1)
@@ -216,18 +231,21 @@ def connect(path: Path, fsync: str = "batch") -> sqlite3.Connection:
         conn.execute("PRAGMA cache_size = -65536")
         conn.execute("BEGIN EXCLUSIVE")  # take the lock now, and keep it (locking_mode)
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == 0:
-            conn.execute(_SCHEMA)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        elif version == 1:
-            for statement in _MIGRATE_FROM_1:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        elif version != SCHEMA_VERSION:
+        if version > SCHEMA_VERSION:
             raise StoreError(
                 f"{path}: schema version {version}, this jobwire knows {SCHEMA_VERSION}"
             )
+        if version == 0:
+            conn.execute(_SCHEMA)
+        elif version == 1:
+            for statement in _MIGRATE_FROM_1:
+                conn.execute(statement)
+        # Version 3 added the checkpoint table: a server of version 2 would ignore the redo
+        # log, so it must not open the file any more.
         conn.execute(_KV_SCHEMA)
+        conn.execute(_CHECKPOINT_SCHEMA)
+        if version != SCHEMA_VERSION:
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
         conn.close()
@@ -245,35 +263,87 @@ class SQLiteStore:
 
     durable = True
 
-    def __init__(self, path: Path, *, fsync: str = "batch") -> None:
+    def __init__(
+        self, path: Path, *, fsync: str = "batch", checkpoint_bytes: int = CHECKPOINT_BYTES
+    ) -> None:
         self.path = path
         self.fsync = fsync
+        self.checkpoint_bytes = checkpoint_bytes
         self.write_count = 0
-        self.commits = 0  # successful commits, for benchmarks and tests
-        #: Why the latest commit failed; None once a commit succeeds again.
+        self.commits = 0  # successful log writes, for benchmarks and tests
+        self.checkpoints = 0  # successful checkpoints, for tests
+        #: Why the latest log write failed; None once a write succeeds again.
         self.last_error: str | None = None
         self._conn = connect(path, fsync)
         # SQLite before 3.32 allows 999 parameters per statement, later ones 32766.
         limit = self._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         self._sizes = tuple(size for size in _STATEMENT_SIZES if size * _FULL_WIDTH <= limit)
+        self._log = RedoLog(path, sync=fsync != "off", merge=fsync != "always")
+        self._generation = self._recover() + 1  # the log generation written now
         self._next_row = (
             1 + self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
         )
-        self._merge_turns = fsync != "always"
-        self._batch: dict[int, Job | None] = {}  # row key -> job to save, or None: remove
+        # The current loop turn's changes: row key -> job to save, or None: remove.
+        self._batch: dict[int, Job | None] = {}
+        self._kv: KVChanges = {}  # key-value writes of the current batch
+        self._removals = False  # whether the batch removes any row
         self._scheduled = False
-        self._handed = 0  # number of the last batch handed to the writer
-        self._done = 0  # number of the last batch whose commit finished
+        self._handed = 0  # number of the last batch handed to the log
+        self._done = 0  # number of the last batch whose log write finished
         self._waiters: deque[tuple[int, Callback]] = deque()  # (batch number, callback)
+        # Batches handed to the log and not yet written: (number, changes, kv, removals).
+        self._in_flight: deque[tuple[int, Changes, KVChanges, bool]] = deque()
+        # Durable changes SQLite does not have yet, the latest per row or record.
+        self._unsaved: Changes = {}
+        self._unsaved_kv: KVChanges = {}
+        # Rows keyed from here on were first saved in the current generation: neither SQLite
+        # nor a running checkpoint has them, so their removal needs no DELETE.
+        self._fresh_rows = self._next_row
+        self._log_bytes = 0  # frame bytes handed to the current generation
+        self._rotated_after: int | None = None  # last batch of the generation to checkpoint
+        self._checkpoint: threading.Thread | None = None
+        self._checkpoint_outcome: tuple[int, Changes, KVChanges, str | None] | None = None
         self._failures = 0
         self._logged_at = 0.0
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._kv: KVChanges = {}  # key-value writes of the current batch
-        self._queue: queue.SimpleQueue[tuple[int, Changes, KVChanges] | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ replay
+
+    def _recover(self) -> int:
+        """Apply the log files newer than SQLite's checkpoint; the last generation seen."""
+        conn = self._conn
+        try:
+            row = conn.execute(_CHECKPOINT_LOAD).fetchone()
+            checkpointed = 0 if row is None else int(row[0])
+            generations = self._log.generations()
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot read {self.path}: {exc}") from exc
+        newer = [generation for generation in generations if generation > checkpointed]
+        if newer:
+            changes: Changes = {}
+            kv: KVChanges = {}
+            frames = 0
+            for generation in newer:
+                path = self._log.path(generation)
+                try:
+                    for body in read_frames(path):
+                        batch_changes, batch_kv = _decode(body)
+                        changes.update(batch_changes)  # in order: the latest change wins
+                        kv.update(batch_kv)
+                        frames += 1
+                except (OSError, ValueError, EOFError, TypeError) as exc:
+                    raise StoreError(f"cannot read the redo log {path}: {exc}") from exc
+            error = self._write_rows(changes, kv, newer[-1])
+            if error is not None:
+                raise StoreError(f"cannot apply the redo log to {self.path}: {error}")
+            log.info("store %s: %d batch(es) replayed from the redo log", self.path, frames)
+        last = max([checkpointed, *generations])
+        try:
+            self._log.remove_through(last)
+        except OSError as exc:
+            raise StoreError(f"cannot remove the applied redo log of {self.path}: {exc}") from exc
+        return last
 
     def load(self) -> Iterator[StoredJob]:
         try:
@@ -298,6 +368,7 @@ class SQLiteStore:
         self.write_count += 1
         if job.row:  # None replaces a save of the same batch
             self._batch[job.row] = None
+            self._removals = True
         if not self._scheduled:
             self._schedule()
 
@@ -307,12 +378,14 @@ class SQLiteStore:
             records = dict(self._conn.execute(_KV_LOAD, (namespace,)).fetchall())
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read {self.path}: {exc}") from exc
-        for (ns, key), value in self._kv.items():
-            if ns == namespace:
-                if value is None:
-                    records.pop(key, None)
-                else:
-                    records[key] = value
+        layers = [self._unsaved_kv, *(kv for _, _, kv, _ in self._in_flight), self._kv]
+        for layer in layers:
+            for (ns, key), value in layer.items():
+                if ns == namespace:
+                    if value is None:
+                        records.pop(key, None)
+                    else:
+                        records[key] = value
         return records
 
     def kv_put(self, namespace: str, key: str, value: bytes | None) -> None:
@@ -338,15 +411,10 @@ class SQLiteStore:
     def _schedule(self) -> None:
         loop = self._loop
         if loop is None:
-            loop = self._start()
+            self._loop = loop = asyncio.get_running_loop()
+            self._log.start(self._generation, self._written)
         self._scheduled = True
         loop.call_soon(self._turn_ended)
-
-    def _start(self) -> asyncio.AbstractEventLoop:
-        self._loop = loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._write_loop, name="jobwire-sqlite", daemon=True)
-        self._thread.start()
-        return loop
 
     def _turn_ended(self) -> None:
         self._scheduled = False
@@ -354,46 +422,131 @@ class SQLiteStore:
 
     def _hand_off(self) -> None:
         """Turn the batch into rows here, on the loop thread that owns the jobs."""
-        batch, kv = self._batch, self._kv
+        batch, kv, removals = self._batch, self._kv, self._removals
         if not (batch or kv) or self._closed:
             return
-        self._batch, self._kv = {}, {}
+        self._batch, self._kv, self._removals = {}, {}, False
         changes: Changes = {key: None if job is None else _row(job) for key, job in batch.items()}
+        body = _encode(changes, kv)
         self._handed += 1
-        self._queue.put((self._handed, changes, kv))
+        self._in_flight.append((self._handed, changes, kv, removals))
+        self._log.append(self._handed, body)
+        self._log_bytes += len(body)
+        if (
+            self._log_bytes >= self.checkpoint_bytes
+            and self._rotated_after is None
+            and self._checkpoint is None  # one at a time
+        ):
+            self._rotate()
 
-    def _write_loop(self) -> None:
-        """The writer thread: commit what was handed off, then report back to the loop."""
-        stopping = False
-        while not stopping:
-            item = self._queue.get()
-            if item is None:
-                break
-            number, changes, kv = item
-            # `batch`: everything that queued up during the last commit goes in this one.
-            while self._merge_turns:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    stopping = True
-                    break
-                number = item[0]
-                changes.update(item[1])  # in order: the latest change of a job wins
-                kv.update(item[2])
-            upserts = [row for row in changes.values() if row is not None]
-            deletes = [key for key, row in changes.items() if row is None]
-            error = self._commit(upserts, deletes, kv)
-            loop = self._loop
-            assert loop is not None
-            # A closed loop (after shutdown) has nobody waiting any more.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._committed, number, len(upserts), error)
+    def _written(self, number: int, error: str | None) -> None:
+        """On the loop: batches up to `number` are in the log (error None) or failed."""
+        if self._closed:
+            return  # close() took what was still in flight
+        ok = error is None
+        in_flight = self._in_flight
+        while in_flight and in_flight[0][0] <= number:
+            _, changes, kv, removals = in_flight.popleft()
+            if ok:
+                self._remember(changes, kv, removals)
+        self._done = number
+        self.commits += ok
+        self._note_result(error)
+        if self._rotated_after is not None and number >= self._rotated_after:
+            self._start_checkpoint()
+        self._notify(number, ok)
 
-    def _commit(self, upserts: list[Row], deletes: list[int], kv: KVChanges) -> str | None:
-        """One transaction; the error that rolled it back, or None."""
+    def _notify(self, number: int, ok: bool) -> None:
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= number:
+            callback = waiters.popleft()[1]
+            try:
+                callback(ok)
+            except Exception:
+                log.exception("after_commit callback failed")
+
+    def _remember(self, changes: Changes, kv: KVChanges, removals: bool) -> None:
+        """Durable changes join those the next checkpoint writes to SQLite."""
+        unsaved = self._unsaved
+        if not removals:
+            unsaved.update(changes)
+        else:
+            fresh = self._fresh_rows
+            for key, row in changes.items():
+                if row is None and key >= fresh:
+                    unsaved.pop(key, None)  # saved and removed since the last rotation
+                else:
+                    unsaved[key] = row
+        if kv:
+            self._unsaved_kv.update(kv)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _rotate(self) -> None:
+        """Start a new log generation; checkpoint the old one once its writes are done."""
+        self._rotated_after = self._handed
+        self._generation += 1
+        self._fresh_rows = self._next_row
+        self._log_bytes = 0
+        self._log.rotate(self._generation)
+        if self._done >= self._handed:
+            self._start_checkpoint()
+
+    def _start_checkpoint(self) -> None:
+        """Every batch of the old generation is written: hand its rows to SQLite."""
+        self._rotated_after = None
+        changes, kv = self._unsaved, self._unsaved_kv
+        self._unsaved, self._unsaved_kv = {}, {}
+        generation = self._generation - 1
+        self._checkpoint = threading.Thread(
+            target=self._run_checkpoint,
+            args=(generation, changes, kv),
+            name="jobwire-checkpoint",
+            daemon=True,
+        )
+        self._checkpoint.start()
+
+    def _run_checkpoint(self, generation: int, changes: Changes, kv: KVChanges) -> None:
+        """The checkpoint thread: write SQLite, then drop the log files it covers."""
+        error = self._write_rows(changes, kv, generation)
+        if error is None:
+            try:
+                self._log.remove_through(generation)
+            except OSError as exc:  # replay skips them: they are older than the checkpoint
+                log.warning("store %s: old redo log not removed: %s", self.path, exc)
+        self._checkpoint_outcome = (generation, changes, kv, error)
+        loop = self._loop
+        assert loop is not None
+        with contextlib.suppress(RuntimeError):  # a closed loop: close() finishes it
+            loop.call_soon_threadsafe(self._checkpoint_finished)
+
+    def _checkpoint_finished(self) -> None:
+        outcome, self._checkpoint_outcome = self._checkpoint_outcome, None
+        if outcome is None:
+            return
+        self._checkpoint = None
+        generation, changes, kv, error = outcome
+        if error is None:
+            self.checkpoints += 1
+            return
+        # Its log files stay, so nothing is lost; the next checkpoint writes these rows too.
+        log.error(
+            "store %s: checkpoint of %d change(s) through log generation %d failed,"
+            " retried later: %s",
+            self.path,
+            len(changes),
+            generation,
+            error,
+        )
+        changes.update(self._unsaved)
+        kv.update(self._unsaved_kv)
+        self._unsaved, self._unsaved_kv = changes, kv
+
+    def _write_rows(self, changes: Changes, kv: KVChanges, generation: int) -> str | None:
+        """One transaction: the changes, and the log generation they complete."""
         conn = self._conn
+        upserts = [row for row in changes.values() if row is not None]
+        deletes = [key for key, row in changes.items() if row is None]
         plain = [row for row in upserts if len(row) == _PLAIN_WIDTH]
         full = (
             [row for row in upserts if len(row) == _FULL_WIDTH] if len(plain) < len(upserts) else []
@@ -410,8 +563,10 @@ class SQLiteStore:
                     conn.execute(_KV_DELETE, (namespace, key))
                 else:
                     conn.execute(_KV_PUT, (namespace, key, value))
+            conn.execute(_CHECKPOINT_SAVE[0])
+            conn.execute(_CHECKPOINT_SAVE[1], (generation,))
             conn.execute("COMMIT")
-        except Exception as exc:  # any failure fails this batch, never the thread
+        except Exception as exc:  # any failure fails this checkpoint, never the thread
             try:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
@@ -420,26 +575,11 @@ class SQLiteStore:
             return f"{type(exc).__name__}: {exc}"
         return None
 
-    def _committed(self, number: int, rows: int, error: str | None) -> None:
-        """On the loop: batch `number` is on disk (error None) or was rolled back."""
-        self._done = number
-        ok = error is None
-        self.commits += ok
-        self._note_result(rows, error)
-        waiters = self._waiters
-        while waiters and waiters[0][0] <= number:
-            callback = waiters.popleft()[1]
-            try:
-                callback(ok)
-            except Exception:
-                log.exception("after_commit callback failed")
-
-    def _note_result(self, rows: int, error: str | None) -> None:
+    def _note_result(self, error: str | None) -> None:
         if error is None:
-            # Deleting the jobs of a failed batch writes nothing: no sign of recovery yet.
-            if self._failures and rows:
+            if self._failures:
                 log.warning(
-                    "store %s: commits succeed again after %d failed (last: %s)",
+                    "store %s: writes succeed again after %d failed (last: %s)",
                     self.path,
                     self._failures,
                     self.last_error,
@@ -450,28 +590,58 @@ class SQLiteStore:
         self._failures += 1
         now = time.monotonic()
         if error != self.last_error or now - self._logged_at >= _LOG_EVERY:
-            log.error(
-                "store %s: commit of %d job change(s) failed, clients get errors: %s",
-                self.path,
-                rows,
-                error,
-            )
+            log.error("store %s: redo log write failed, clients get errors: %s", self.path, error)
             self._logged_at = now
         self.last_error = error
 
     # ------------------------------------------------------------------ shutdown
 
     def close(self) -> None:
-        """Commit what is pending, wait for the writer, fold the WAL in and close the file."""
+        """Write what is pending, checkpoint it all into SQLite and close the file."""
         if self._closed:
             return
         self._hand_off()
         self._closed = True
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join()
+        self._log.stop()
+        if self._checkpoint is not None:
+            self._checkpoint.join()
+            self._checkpoint_finished()
+        # Batches whose write was never reported: nobody was told they failed.
+        for _, changes, kv, _ in self._in_flight:
+            self._unsaved.update(changes)
+            self._unsaved_kv.update(kv)
+        self._in_flight.clear()
+        error = self._write_rows(self._unsaved, self._unsaved_kv, self._generation)
+        if error is None:
+            with contextlib.suppress(OSError):  # the next start skips them anyway
+                self._log.remove_through(self._generation)
+        else:  # the log files stay: the next start applies them
+            log.error("store %s: final checkpoint failed: %s", self.path, error)
+        self._done = self._handed
+        self._notify(self._handed, error is None)
         try:
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error as exc:
             log.warning("store %s: final checkpoint failed: %s", self.path, exc)
         self._conn.close()
+
+
+def _encode(changes: Changes, kv: KVChanges) -> bytes:
+    # marshal: the standard library's fastest codec for exactly these types (ints, floats,
+    # str, bytes, None, tuples, dicts); the frame's checksum guards what it reads back.
+    return marshal.dumps((changes, kv), _MARSHAL_VERSION)
+
+
+def _decode(body: bytes) -> tuple[Changes, KVChanges]:
+    value = marshal.loads(body)
+    if not (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and all(isinstance(part, dict) for part in value)
+    ):
+        raise ValueError("not a batch of changes")
+    changes, kv = value
+    return changes, kv
+
+
+_MARSHAL_VERSION = 4
