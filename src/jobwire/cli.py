@@ -105,6 +105,14 @@ def _setup_logging(log_file: str, verbose: str) -> None:
     "each loop turn alone; off leaves syncing to the OS (a crash of the machine can lose jobs).",
 )
 @click.option(
+    "--checkpoint-every",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="BYTES",
+    help="sqlite store: redo log bytes between two checkpoints into SQLite; bounds the log "
+    "on disk and the replay at start [default: 16 MiB].",
+)
+@click.option(
     "-j",
     "--job-retries",
     default=0,
@@ -184,6 +192,7 @@ def serve(
     retain_finished: float | None,
     store: str,
     fsync: str,
+    checkpoint_every: int | None,
     job_retries: int,
     job_handle_prefix: str | None,
     exceptions: bool,
@@ -222,6 +231,7 @@ def serve(
         http_port=http_port,
         store=store,
         fsync=fsync,
+        checkpoint_bytes=checkpoint_every,
         backlog=backlog,
         pid_file=pid_file,
         engine=EngineConfig(

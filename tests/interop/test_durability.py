@@ -46,6 +46,11 @@ def start(servers: list[ServerProcess], db: Path, *args: str) -> ServerProcess:
     return server
 
 
+def redo_generations(db: Path) -> list[int]:
+    """The generations of the redo log files beside `db`."""
+    return [int(path.name.rpartition("-")[2]) for path in db.parent.glob(f"{db.name}-redo-*")]
+
+
 def drain(server: ServerProcess, batch: int = 200) -> list[tuple[str, bytes]]:
     """Grab (pipelined) and complete every available job: [(handle, payload)] in order."""
     jobs: list[tuple[str, bytes]] = []
@@ -75,15 +80,21 @@ def show_jobs(server: ServerProcess) -> dict[str, int]:
     return {handle: int(retries) for handle, retries, _ignore, _persisted in rows}
 
 
+@pytest.mark.parametrize(
+    "options",
+    [(), ("--checkpoint-every", "1000")],
+    ids=["redo-log", "checkpoints"],  # the second checkpoints as often as it can
+)
 def test_kill_9_during_pipelined_submits_loses_no_acknowledged_job(
-    db: Path, servers: list[ServerProcess]
+    db: Path, servers: list[ServerProcess], options: tuple[str, ...]
 ) -> None:
-    # Up to `window` submissions are in flight; the kill comes after `kill_after` acks, so
-    # it always lands mid-stream (at most kill_after + window + chunk were ever sent).
+    # Up to `window` submissions are in flight; the kill comes once `kill_after` acks have
+    # arrived (and, with checkpoints asked for, two have completed), so it lands mid-stream.
     total, kill_after, window, chunk = 6000, 2000, 1000, 100
     payloads = [f"job-{i}".encode() for i in range(total)]
-    server = start(servers, db)
+    server = start(servers, db, *options)
     acked: list[str] = []
+    acked_at_kill = -1
     progress = threading.Condition()
     client = GearmanSocket(server)
 
@@ -105,6 +116,10 @@ def test_kill_9_during_pipelined_submits_loses_no_acknowledged_job(
         except OSError:
             pass  # the server died under us
 
+    def checkpointed() -> bool:
+        """With checkpoints asked for: the log files show that two have completed."""
+        return not options or min(redo_generations(db), default=0) > 2
+
     killed = threading.Event()
     sender = threading.Thread(target=submit_pipelined)
     sender.start()
@@ -115,9 +130,10 @@ def test_kill_9_during_pipelined_submits_loses_no_acknowledged_job(
             with progress:
                 acked.append(packet.args[0].decode())
                 progress.notify()
-            if len(acked) == kill_after:
+            if len(acked) >= kill_after and not killed.is_set() and checkpointed():
                 server.kill()  # SIGKILL while submissions are in flight
                 killed.set()
+                acked_at_kill = len(acked)
     except OSError:  # ConnectionError included: the server is gone
         pass
     finally:
@@ -126,7 +142,8 @@ def test_kill_9_during_pipelined_submits_loses_no_acknowledged_job(
             progress.notify()
         sender.join()
         client.close()
-    assert kill_after <= len(acked) <= kill_after + window + chunk
+    assert acked_at_kill >= kill_after, "the server was not killed mid-stream"
+    assert acked_at_kill <= len(acked) <= acked_at_kill + window + chunk
 
     server = start(servers, db)
     new_handle = GearmanSocket(server).submit_bg(FUNCTION, "after restart")

@@ -529,6 +529,8 @@ def test_a_log_frame_that_cannot_be_decoded_refuses_to_start(tmp_path: Path) -> 
     with pytest.raises(StoreError, match="redo log"):
         SQLiteStore(path)
     assert (tmp_path / "jobs.db-redo-2").exists()  # left for whoever investigates
+    (tmp_path / "jobs.db-redo-2").unlink()  # and the file is not left locked
+    SQLiteStore(path).close()
 
 
 def test_a_version_2_file_gains_the_checkpoint_table(tmp_path: Path) -> None:

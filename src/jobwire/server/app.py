@@ -31,6 +31,7 @@ class ServerConfig:
     http_port: int | None = 8080
     store: str = DEFAULT_STORE
     fsync: str = "batch"  # always | batch | off; see jobwire.store.sqlite
+    checkpoint_bytes: int | None = None  # redo log between checkpoints; None: the default
     backlog: int = 1024
     pid_file: Path | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -39,16 +40,18 @@ class ServerConfig:
     rota: RotaOptions = field(default_factory=RotaOptions)
 
 
-def open_store(spec: str, fsync: str = "batch") -> Store:
+def open_store(spec: str, fsync: str = "batch", checkpoint_bytes: int | None = None) -> Store:
     """`memory`, or `sqlite:PATH`."""
     if spec == "memory":
         return MemoryStore()
     kind, _, path = spec.partition(":")
     if kind == "sqlite" and path:
-        from jobwire.store.sqlite import SQLiteStore, StoreError
+        from jobwire.store.sqlite import CHECKPOINT_BYTES, SQLiteStore, StoreError
 
         try:
-            store: Store = SQLiteStore(Path(path), fsync=fsync)
+            store: Store = SQLiteStore(
+                Path(path), fsync=fsync, checkpoint_bytes=checkpoint_bytes or CHECKPOINT_BYTES
+            )
         except StoreError as exc:
             raise SystemExit(f"jobwire: {exc}") from exc
         return store
@@ -104,7 +107,7 @@ class Server:
     async def serve(self) -> None:
         config = self.config
         loop = asyncio.get_running_loop()
-        store = open_store(config.store, config.fsync)
+        store = open_store(config.store, config.fsync, config.checkpoint_bytes)
         engine = Engine(config.engine, store=store)
         started = time.perf_counter()
         # Replay allocates millions of objects that all stay alive: scanning them for

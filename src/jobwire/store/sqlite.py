@@ -279,7 +279,11 @@ class SQLiteStore:
         limit = self._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
         self._sizes = tuple(size for size in _STATEMENT_SIZES if size * _FULL_WIDTH <= limit)
         self._log = RedoLog(path, sync=fsync != "off", merge=fsync != "always")
-        self._generation = self._recover() + 1  # the log generation written now
+        try:
+            self._generation = self._recover() + 1  # the log generation written now
+        except StoreError:
+            self._conn.close()  # and with it the file's lock
+            raise
         self._next_row = (
             1 + self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
         )
