@@ -544,3 +544,26 @@ def test_a_version_2_file_gains_the_checkpoint_table(tmp_path: Path) -> None:
     store = SQLiteStore(path)
     assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     store.close()
+
+
+@pytest.mark.parametrize(("fsync", "synced"), [("batch", True), ("always", True), ("off", False)])
+def test_the_log_is_synced_before_the_acknowledgement_unless_fsync_is_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fsync: str, synced: bool
+) -> None:
+    store = SQLiteStore(tmp_path / "jobs.db", fsync=fsync)
+    syncs: list[int] = []
+    fdatasync = os.fdatasync
+
+    def counted(fd: int) -> None:
+        syncs.append(fd)
+        fdatasync(fd)
+
+    monkeypatch.setattr(redolog.os, "fdatasync", counted)
+
+    async def main() -> None:
+        store.job_saved(make_job(1))
+        assert await committed(store)
+        assert bool(syncs) is synced  # already, when the commit is reported
+
+    run(main)
+    store.close()
