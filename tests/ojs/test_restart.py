@@ -1,8 +1,10 @@
 """What the OJS binding keeps across a restart with the SQLite store: cron registrations,
-workflows in progress (and their jobs), dead-worker-free job state."""
+workflows in progress (and their jobs), dead-worker-free job state; and what it refuses
+when the store cannot write."""
 
 from __future__ import annotations
 
+import resource
 from pathlib import Path
 from typing import Any
 
@@ -66,5 +68,34 @@ def test_cron_and_workflows_survive_a_restart(tmp_path: Path) -> None:
             ok(http.request("POST", "/ojs/v1/workers/ack", {"job_id": job["id"], "result": 1}))
         done = ok(http.request("GET", f"/ojs/v1/workflows/{flow['id']}"))["workflow"]
         assert done["state"] == "completed" and done["steps_completed"] == 2
+    finally:
+        stop(server)
+
+
+def test_a_push_the_store_could_not_write_is_refused_and_never_runs(tmp_path: Path) -> None:
+    server, http = start(tmp_path)
+    try:
+        kept = ok(http.request("POST", "/ojs/v1/jobs", {"type": "t", "args": ["kept"]}), 201)
+        # Every file write of the server now fails (EFBIG), as on a full disk.
+        unlimited = resource.RLIM_INFINITY
+        resource.prlimit(server.proc.pid, resource.RLIMIT_FSIZE, (1, unlimited))
+        try:
+            single = http.request("POST", "/ojs/v1/jobs", {"type": "t", "args": ["refused"]})
+            batch = http.request(
+                "POST",
+                "/ojs/v1/jobs/batch",
+                {"jobs": [{"type": "t", "args": ["refused b1"]}, {"type": "t", "args": ["b2"]}]},
+            )
+        finally:
+            resource.prlimit(server.proc.pid, resource.RLIMIT_FSIZE, (unlimited, unlimited))
+        for refused in (single, batch):
+            assert refused.status == 503, refused.raw
+            assert refused.body["error"]["code"] == "backend_error"
+        # Neither the refused job nor the refused batch is handed to a worker.
+        fetched = ok(http.request("POST", "/ojs/v1/workers/fetch", {"queues": ["default"]}))
+        assert [job["args"] for job in fetched["jobs"]] == [["kept"]]
+        assert fetched["jobs"][0]["id"] == kept["job"]["id"]
+        empty = ok(http.request("POST", "/ojs/v1/workers/fetch", {"queues": ["default"]}))
+        assert empty["jobs"] == []
     finally:
         stop(server)

@@ -14,6 +14,7 @@ from jobwire.server.ojs.http import BASE, read_json, read_object, reply
 from jobwire.server.ojs.render import job_json
 
 if TYPE_CHECKING:
+    from jobwire.engine.job import Job
     from jobwire.server.ojs.app import OJSService
 
 MAX_BATCH = 10_000
@@ -35,7 +36,7 @@ class JobRoutes:
     async def push(self, request: web.Request) -> web.Response:
         req = parse_push(await read_json(request))
         job, created = self.service.submit(req)
-        await self.service.durable()
+        await self._durable_or_undo([(job, created)])
         if not created:  # unique conflict with on_conflict=ignore: the existing job
             return reply({"job": job_json(job), "duplicate": True})
         return reply({"job": job_json(job)}, 201, {"Location": f"{BASE}/jobs/{job.id}"})
@@ -68,14 +69,26 @@ class JobRoutes:
             for plan in plans:
                 created.append(self.service.commit(plan))
         except OJSError:
-            for job, is_new in created:  # undo, so the batch stays all or nothing
-                if is_new and not job.state.terminal:
-                    self.service.engine.cancel(job)
-                    self.service.engine.forget(job)
+            self._undo(created)  # so the batch stays all or nothing
             raise
-        await self.service.durable()
+        await self._durable_or_undo(created)
         jobs = [job_json(job) for job, _ in created]
         return reply({"jobs": jobs, "count": len(jobs)}, 201)
+
+    async def _durable_or_undo(self, created: list[tuple[Job, bool]]) -> None:
+        """Wait for the store; if it failed, the new jobs must not run (the client hears 503)."""
+        try:
+            await self.service.durable()
+        except OJSError:
+            self._undo(created)
+            raise
+
+    def _undo(self, created: list[tuple[Job, bool]]) -> None:
+        engine = self.service.engine
+        for job, is_new in created:
+            if is_new and not job.state.terminal:
+                engine.cancel(job)
+                engine.forget(job)
 
     async def get(self, request: web.Request) -> web.Response:
         return reply({"job": job_json(self.service.job(request.match_info["id"]))})
