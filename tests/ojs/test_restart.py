@@ -17,8 +17,8 @@ def ok(response: Response, status: int = 200) -> Any:
     return response.body
 
 
-def start(workdir: Path) -> tuple[ServerProcess, Runner]:
-    server = start_jobwire(store=f"sqlite:{workdir / 'jobs.db'}", workdir=workdir, http=True)
+def start(workdir: Path, *args: str) -> tuple[ServerProcess, Runner]:
+    server = start_jobwire(args, store=f"sqlite:{workdir / 'jobs.db'}", workdir=workdir, http=True)
     return server, Runner(f"http://127.0.0.1:{server.http_port}")
 
 
@@ -95,6 +95,24 @@ def test_a_push_the_store_could_not_write_is_refused_and_never_runs(tmp_path: Pa
         fetched = ok(http.request("POST", "/ojs/v1/workers/fetch", {"queues": ["default"]}))
         assert [job["args"] for job in fetched["jobs"]] == [["kept"]]
         assert fetched["jobs"][0]["id"] == kept["job"]["id"]
+        empty = ok(http.request("POST", "/ojs/v1/workers/fetch", {"queues": ["default"]}))
+        assert empty["jobs"] == []
+    finally:
+        stop(server)
+
+
+def test_an_admin_reset_is_not_undone_by_a_restart(tmp_path: Path) -> None:
+    server, http = start(tmp_path, "--allow-reset")
+    try:
+        ok(http.request("POST", "/ojs/v1/jobs", {"type": "t", "args": ["before reset"]}), 201)
+        ok(http.request("POST", "/ojs/v1/admin/reset", {}))
+        ok(http.request("POST", "/ojs/v1/jobs", {"type": "t", "args": ["after reset"]}), 201)
+    finally:
+        stop(server)
+    server, http = start(tmp_path)
+    try:
+        fetched = ok(http.request("POST", "/ojs/v1/workers/fetch", {"queues": ["default"]}))
+        assert [job["args"] for job in fetched["jobs"]] == [["after reset"]]
         empty = ok(http.request("POST", "/ojs/v1/workers/fetch", {"queues": ["default"]}))
         assert empty["jobs"] == []
     finally:

@@ -836,9 +836,11 @@ class Engine:
 
         Workers stay connected; jobs they hold are simply gone. Stale timer entries stay in
         the heap and are ignored when they fire, because every forgotten job is marked
-        cancelled. The store is not touched: use it with the memory store only.
+        cancelled. The store forgets them too, so a restart does not bring them back.
         """
         for job in self.jobs.values():
+            if self._durable and job.background:
+                self.store.job_removed(job)
             if job.worker is not None:
                 job.worker.jobs.pop(job.id, None)
                 job.worker = None
