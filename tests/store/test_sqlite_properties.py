@@ -68,6 +68,18 @@ def run(path: Path, operations: list[Op]) -> None:
         assert store.kv_load("test") == kv_model
         return store, jobs
 
+    async def acknowledged() -> None:
+        """Wait for the commit of everything so far; the model takes it on."""
+        assert await committed(store)
+        for key, value in pending.items():
+            if value is None:
+                model.pop(key, None)
+            else:
+                model[key] = value
+        kv_model.update(kv_pending)
+        pending.clear()
+        kv_pending.clear()
+
     async def drive() -> None:
         nonlocal store, jobs
         for kind, number, version in [*operations, ("commit", 0, 0)]:
@@ -87,27 +99,11 @@ def run(path: Path, operations: list[Op]) -> None:
             elif kind == "turn":  # the batch goes to the log; the next one starts
                 await asyncio.sleep(0)
             elif kind == "commit":
-                assert await committed(store)
-                for key, value in pending.items():
-                    if value is None:
-                        model.pop(key, None)
-                    else:
-                        model[key] = value
-                kv_model.update(kv_pending)
-                pending.clear()
-                kv_pending.clear()
+                await acknowledged()
                 while store._checkpoint is not None:  # let a running checkpoint finish
                     await asyncio.sleep(0.001)
             elif kind == "crash":
-                assert await committed(store)  # nothing unacknowledged is judged
-                for key, value in pending.items():
-                    if value is None:
-                        model.pop(key, None)
-                    else:
-                        model[key] = value
-                kv_model.update(kv_pending)
-                pending.clear()
-                kv_pending.clear()
+                await acknowledged()  # nothing unacknowledged is judged
                 crash(store)
                 store, jobs = open_store()
 

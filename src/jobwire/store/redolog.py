@@ -33,7 +33,8 @@ from pathlib import Path
 log = logging.getLogger("jobwire.store")
 
 _HEADER = struct.Struct("<II")
-_READ_CHUNK = 1 << 20
+# What the writer thread is asked to do: (kind, batch number or generation, frame bytes).
+_WRITE, _ROTATE, _STOP = 0, 1, 2
 
 #: `on_written(number, error)`: batches up to `number` are durable (error None) or failed.
 Written = Callable[[int, "str | None"], None]
@@ -112,10 +113,6 @@ class RedoLog:
         self._generation = generation
         self._thread = threading.Thread(target=self._write_loop, name="jobwire-redo", daemon=True)
         self._thread.start()
-
-    @property
-    def started(self) -> bool:
-        return self._thread is not None
 
     def append(self, number: int, body: bytes) -> None:
         """Queue batch `number`'s frame; `on_written` will report it."""
@@ -201,6 +198,3 @@ class RedoLog:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None
-
-
-_WRITE, _ROTATE, _STOP = 0, 1, 2
