@@ -11,6 +11,7 @@ waits for a running one, so it lands between transactions, as a real crash does 
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 from pathlib import Path
 
@@ -45,10 +46,11 @@ async def committed(store: SQLiteStore) -> bool:
 def crash(store: SQLiteStore) -> None:
     checkpoint = store._checkpoint
     if checkpoint is not None:
-        checkpoint.join()
+        checkpoint.wait()
     store._log.stop()
     store._closed = True
     store._conn.close()
+    os.close(store._lock)
 
 
 def run(path: Path, operations: list[Op]) -> None:

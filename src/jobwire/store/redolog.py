@@ -1,10 +1,12 @@
 """The redo log: what makes a batch of job changes durable before SQLite has it.
 
 Acknowledging a job needs only the batch's changes on disk, not a database update: the
-store appends each batch as one frame to a log file and fsyncs it (on a thread of its own,
-merging the frames that queued up meanwhile into one write and one fsync), and writes
-SQLite later, in large checkpoints that leave the log behind. A job created and finished
-between two checkpoints never reaches SQLite at all.
+store appends each batch as one frame to a log file, on the event loop thread (a write to
+the page cache), and a syncer process (`jobwire.store.syncproc`) fdatasyncs the file. One
+sync is outstanding at a time; the frames written while it runs are covered by the next
+one, so under load one fdatasync carries many loop turns. SQLite is written later, in large
+checkpoints that leave the log behind. A job created and finished between two checkpoints
+never reaches SQLite at all.
 
 Files: `<db>-redo-<generation>`, one per generation. The store starts a new generation
 when it checkpoints; a checkpoint records in SQLite the last generation it covers, and the
@@ -12,9 +14,10 @@ files up to it are deleted. On open, the frames of later generations are read ba
 
 A frame is `length (u32) | crc32 (u32) | body`. The valid prefix of a file is every frame
 up to the first one that is short or fails its checksum: only a crash during a write leaves
-such a tail, and no frame of it was acknowledged (a frame counts once its fsync returned).
-After a failed write the file is cut back to its last good frame before the next write, so
-a later frame never follows garbage.
+such a tail, and no frame of it was acknowledged (a frame counts once its sync returned).
+After a failed write or sync the file is cut back to its last good frame, so a frame that
+was reported as failed never comes back at the next start, and a later frame never
+follows garbage.
 """
 
 from __future__ import annotations
@@ -23,18 +26,22 @@ import asyncio
 import contextlib
 import logging
 import os
-import queue
+import socket
 import struct
-import threading
+import subprocess
+import sys
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import NamedTuple
+
+from jobwire.store import syncproc
 
 log = logging.getLogger("jobwire.store")
 
 _HEADER = struct.Struct("<II")
-# What the writer thread is asked to do: (kind, batch number or generation, frame bytes).
-_WRITE, _ROTATE, _STOP = 0, 1, 2
+_MESSAGE = syncproc.MESSAGE  # (batch number, generation) asked, (batch number, errno) told
 
 #: `on_written(number, error)`: batches up to `number` are durable (error None) or failed.
 Written = Callable[[int, "str | None"], None]
@@ -61,27 +68,38 @@ def read_frames(path: Path) -> Iterator[bytes]:
         log.warning("%s: %d bytes after the last whole frame ignored", path, end - offset)
 
 
-class RedoLog:
-    """The log files of one database, and the thread that appends to them.
+class _Batch(NamedTuple):
+    """A frame written to the log and not yet reported."""
 
-    `append` and `rotate` are called on the event loop thread, in order; the thread writes
-    the frames in that order and reports each write back through `on_written` on the loop.
+    number: int
+    generation: int
+    start: int  # where its frame begins in the generation's file
+    error: str | None  # why writing it failed; None: written, durable once synced
+
+
+class RedoLog:
+    """The log files of one database: written on the loop thread, synced by the syncer.
+
+    `append` and `rotate` are called on the event loop thread, in order; `on_written`
+    reports every batch, in order, on the loop, never from inside `append`.
     """
 
     def __init__(self, database: Path, *, sync: bool = True, merge: bool = True) -> None:
         self.directory = database.parent
         self.prefix = f"{database.name}-redo-"
-        self.sync = sync  # fsync each write (fsync policy `off`: written, not synced)
-        self.merge = merge  # one write for every frame queued meanwhile (policy `always`: no)
-        self._queue: queue.SimpleQueue[tuple[int, int, bytes]] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self.sync = sync  # fsync the log (fsync policy `off`: written, not synced)
+        self.merge = merge  # one sync for every batch written meanwhile (`always`: no)
+        self.syncs = 0  # syncs that succeeded, for tests and benchmarks
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_written: Written | None = None
-        # Owned by the writer thread once started:
         self._generation = 0
         self._fd: int | None = None
         self._size = 0  # bytes of whole, written frames in the current file
         self._cut = False  # a failed write may have left bytes past `_size`
+        self._unreported: deque[_Batch] = deque()
+        self._asked = 0  # the batch number whose sync is outstanding; 0: none
+        self._delivery_due = False
+        self._syncer: _Syncer | None = None
 
     # ------------------------------------------------------------------ files
 
@@ -107,61 +125,130 @@ class RedoLog:
     # ------------------------------------------------------------------ loop side
 
     def start(self, generation: int, on_written: Written) -> None:
-        """Start the writer thread; frames go to `generation` until the next `rotate`."""
+        """Frames go to `generation` until the next `rotate`; call on the loop."""
         self._loop = asyncio.get_running_loop()
         self._on_written = on_written
         self._generation = generation
-        self._thread = threading.Thread(target=self._write_loop, name="jobwire-redo", daemon=True)
-        self._thread.start()
 
     def append(self, number: int, body: bytes) -> None:
-        """Queue batch `number`'s frame; `on_written` will report it."""
-        self._queue.put((_WRITE, number, frame(body)))
+        """Write batch `number`'s frame; `on_written` will report it."""
+        start = self._size
+        error = self._write(frame(body))
+        self._unreported.append(_Batch(number, self._generation, start, error))
+        if error is None and self.sync:
+            if not self._asked:
+                self._ask()
+        elif not self._delivery_due:
+            self._delivery_due = True
+            assert self._loop is not None
+            self._loop.call_soon(self._deliver)
 
     def rotate(self, generation: int) -> None:
         """Frames appended from now on go to a new file."""
-        self._queue.put((_ROTATE, generation, b""))
+        self._close_file()
+        self._generation = generation
 
     def stop(self) -> None:
-        """Write what is queued, then end the thread (its last reports may never run)."""
-        if self._thread is not None:
-            self._queue.put((_STOP, 0, b""))
-            self._thread.join()
-            self._thread = None
+        """Stop the syncer and close the file; batches not yet reported never will be."""
+        if self._syncer is not None:
+            self._syncer.stop()
+            self._syncer = None
         self._close_file()
 
-    # ------------------------------------------------------------------ writer thread
+    def _deliver(self) -> None:
+        """Report, from the oldest, the batches that need no sync (failed, or policy off)."""
+        self._delivery_due = False
+        unreported = self._unreported
+        while unreported and (unreported[0].error is not None or not self.sync):
+            batch = unreported.popleft()
+            self._report(batch.number, batch.error)
+        if unreported and not self._asked:
+            self._ask()
 
-    def _write_loop(self) -> None:
-        held: tuple[int, int, bytes] | None = None
-        while True:
-            kind, value, data = held or self._queue.get()
-            held = None
-            if kind == _STOP:
-                return
-            if kind == _ROTATE:
-                self._close_file()
-                self._generation = value
-                continue
-            number, chunks = value, [data]
-            while self.merge:
-                try:
-                    held = self._queue.get_nowait()
-                except queue.Empty:
+    def _report(self, number: int, error: str | None) -> None:
+        assert self._on_written is not None
+        self._on_written(number, error)
+
+    def _ask(self) -> None:
+        """Ask for the sync of the oldest written batches of one file."""
+        first = self._unreported[0]
+        number = first.number
+        if self.merge:
+            for batch in self._unreported:
+                if batch.error is not None or batch.generation != first.generation:
                     break
-                if held[0] != _WRITE:
-                    break  # a rotation or the stop: after this write
-                number = held[1]
-                chunks.append(held[2])
-                held = None
-            error = self._write(b"".join(chunks))
-            loop, report = self._loop, self._on_written
-            assert loop is not None and report is not None
-            with contextlib.suppress(RuntimeError):  # a closed loop has nobody waiting
-                loop.call_soon_threadsafe(report, number, error)
+                number = batch.number
+        self._asked = number
+        self._send(number, first.generation)
+
+    def _send(self, number: int, generation: int) -> None:
+        syncer = self._syncer
+        if syncer is None:
+            loop = self._loop
+            assert loop is not None
+            try:
+                syncer = self._syncer = _Syncer(self, loop)
+            except OSError as exc:
+                log.error("cannot start the redo log syncer: %s", exc)
+                loop.call_soon(self.synced, number, f"redo log syncer: {exc}")
+                return
+        syncer.ask(number, generation)
+
+    def synced(self, number: int, error: str | None) -> None:
+        """The syncer's answer: the batches up to `number` are durable, or not."""
+        if number != self._asked:
+            return  # asked of a syncer that has died since; asked again
+        self._asked = 0
+        unreported = self._unreported
+        if error is None:
+            self.syncs += 1
+            last = None
+            while unreported and unreported[0].number <= number:
+                last = unreported.popleft()
+            if last is not None:
+                self._report(last.number, last.error)
+        else:
+            self._sync_failed(error)
+        self._deliver()
+
+    def _sync_failed(self, error: str) -> None:
+        """The file's unsynced frames may be lost: fail them and cut them off the file."""
+        unreported = self._unreported
+        generation = unreported[0].generation
+        start = unreported[0].start
+        failed = None
+        while unreported and unreported[0].generation == generation:
+            failed = unreported.popleft()
+        assert failed is not None
+        try:
+            if generation == self._generation:
+                if self._fd is not None:
+                    os.ftruncate(self._fd, start)
+                self._size, self._cut = start, False
+            else:
+                os.truncate(self.path(generation), start)
+        except OSError as exc:
+            log.error("%s: failed frames not cut off: %s", self.path(generation), exc)
+            if generation == self._generation:
+                self._size, self._cut = start, True  # cut before the next write
+        self._report(failed.number, error)
+
+    def lost_syncer(self, answered: bool) -> None:
+        """The syncer died. One that had been working is replaced and asked again; one
+        that died before its first answer would likely die again: its batch fails."""
+        self._syncer = None
+        number = self._asked
+        if not number:
+            return
+        log.warning("redo log syncer of %s exited; starting another", self.directory)
+        if answered:
+            self._asked = 0
+            self._ask()
+        else:
+            self.synced(number, "redo log syncer exited before it synced anything")
 
     def _write(self, data: bytes) -> str | None:
-        """Append `data` to the current file and make it durable; the error, or None."""
+        """Append `data` to the current file; the error, or None."""
         try:
             fd = self._fd
             if fd is None:
@@ -173,8 +260,6 @@ class RedoLog:
             written = os.pwrite(fd, data, self._size)
             if written != len(data):
                 raise OSError(f"short write ({written} of {len(data)} bytes)")
-            if self.sync:
-                os.fdatasync(fd)
         except OSError as exc:
             return f"{type(exc).__name__}: {exc}"
         self._cut = False
@@ -182,15 +267,9 @@ class RedoLog:
         return None
 
     def _open(self) -> int:
-        path = self.path(self._generation)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        # The syncer syncs the directory too before the file's first frame counts.
+        fd = os.open(self.path(self._generation), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self._fd, self._size, self._cut = fd, 0, False
-        if self.sync:  # the new file's name must survive a crash with its frames
-            directory = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
         return fd
 
     def _close_file(self) -> None:
@@ -198,3 +277,61 @@ class RedoLog:
             with contextlib.suppress(OSError):
                 os.close(self._fd)
             self._fd = None
+
+
+class _Syncer:
+    """The loop's end of one syncer process (see `jobwire.store.syncproc`)."""
+
+    def __init__(self, owner: RedoLog, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the process; OSError if it cannot be started."""
+        self.owner = owner
+        self.loop = loop
+        self.answered = False
+        self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        command = [sys.executable, "-I", "-S", syncproc.__file__, str(child.fileno())]
+        command += [str(owner.directory), owner.prefix]
+        try:
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, pass_fds=(child.fileno(),)
+            )
+        except BaseException:
+            self.sock.close()
+            raise
+        finally:
+            child.close()
+        self.sock.setblocking(False)
+        loop.add_reader(self.sock.fileno(), self._readable)
+
+    def ask(self, number: int, generation: int) -> None:
+        # If it is gone, `_readable` sees that and tells the owner.
+        with contextlib.suppress(OSError):
+            self.sock.send(_MESSAGE.pack(number, generation))
+
+    def _readable(self) -> None:
+        while True:
+            try:
+                message = self.sock.recv(_MESSAGE.size)
+            except BlockingIOError:
+                return
+            except OSError:
+                message = b""
+            if len(message) != _MESSAGE.size:  # the syncer is gone
+                self.stop()
+                self.owner.lost_syncer(self.answered)
+                return
+            self.answered = True
+            number, code = _MESSAGE.unpack(message)
+            error = None if code == 0 else f"OSError: [Errno {code}] {os.strerror(code)}"
+            self.owner.synced(number, error)
+
+    def stop(self) -> None:
+        """Close the socket and wait for the process, which exits when it sees that."""
+        if self.sock.fileno() >= 0:
+            with contextlib.suppress(ValueError, OSError, RuntimeError):
+                self.loop.remove_reader(self.sock.fileno())
+            self.sock.close()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

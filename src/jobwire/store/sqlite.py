@@ -4,25 +4,27 @@ The engine calls `job_saved` / `job_removed` on the event loop thread. They only
 job in the current batch (the latest change per job wins), and the first write of a loop
 turn schedules a hand-off. The hand-off turns the batch into rows, still on the loop thread
 where jobs may be read safely, and appends them as one frame to the redo log
-(`jobwire.store.redolog`), whose thread writes and fsyncs it. When that is done (or has
+(`jobwire.store.redolog`), which a syncer process fsyncs. When that is done (or has
 failed) the loop thread learns of it and calls the `after_commit` callbacks registered for
 that batch and earlier ones, with `ok` telling whether it reached the disk.
 
-The rows of durable batches gather in memory (`_unsaved`, the latest per job). Once the
-log has grown by `checkpoint_bytes`, the store starts a new log file and a checkpoint
-thread writes the gathered rows to SQLite in one transaction, which also records the last
-log generation it covers; then the older log files are deleted. So SQLite is off the
-acknowledgement path, and a job that ends before the next checkpoint never reaches it.
-Opening the store applies the log files newer than SQLite's checkpoint; closing it
-checkpoints everything and leaves no log behind.
+Once the log has grown by `checkpoint_bytes`, the store starts a new log file and, when
+every batch of the old one is written, a checkpoint process (`jobwire.store.checkpoint`)
+applies the finished log files to SQLite in one transaction, with only the latest state of
+each job, which also records the last log generation it covers; then those files are
+deleted. It is the same procedure that opening the store runs on the files a crash left,
+in a process of its own so that binding rows never takes the GIL from the event loop. So
+SQLite is off the acknowledgement path, the server keeps no rows in memory for it, and a
+job that ends before the next checkpoint never reaches SQLite. Closing the store applies
+the rest of the log itself and leaves no log behind.
 
 Fsync policies (`--fsync`):
 
-- `batch` (default): every log write is fsynced before anyone hears of it. While one write
-  runs, the frames of the following loop turns gather into the next one: under load a
-  write carries many turns and the fsync cost is shared.
-- `always`: fsynced, and every loop turn that wrote is written on its own, never merged
-  with later turns: a failed write affects one turn's requests only. Slower.
+- `batch` (default): every log write is fsynced before anyone hears of it. While one
+  fsync runs, the frames of the following loop turns are written and wait for the next
+  one: under load an fsync carries many turns and its cost is shared.
+- `always`: fsynced, and every loop turn that wrote is synced on its own, never merged
+  with later turns. Slower.
 - `off`: nothing is fsynced. Log writes still finish before clients are answered, so a
   killed server loses nothing, but a power cut or OS crash can lose acknowledged jobs.
 """
@@ -31,10 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import functools
 import logging
 import marshal
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
@@ -107,8 +113,8 @@ _KV_LOAD = "SELECT key, value FROM kv WHERE namespace = ?"
 _CHECKPOINT_SCHEMA = "CREATE TABLE IF NOT EXISTS checkpoint (generation INTEGER NOT NULL)"
 _CHECKPOINT_LOAD = "SELECT generation FROM checkpoint"
 _CHECKPOINT_SAVE = ("DELETE FROM checkpoint", "INSERT INTO checkpoint (generation) VALUES (?)")
-#: Rows per statement. Many rows per statement, because the writer thread gives up the GIL
-#: around every statement and waits to get it back while the loop thread is busy.
+#: Rows per statement: a checkpoint of many rows runs few statements (each one prepared
+#: once and cached), and needs a handful of shapes only.
 _STATEMENT_SIZES = (256, 32, 4, 1)
 _FULL_WIDTH = 14  # values per row
 _PLAIN_WIDTH = 9
@@ -209,27 +215,46 @@ def _ext(job: Job) -> bytes | None:
         return None
 
 
-def connect(path: Path, fsync: str = "batch") -> sqlite3.Connection:
-    """Open (creating if needed) the job database and lock it for this process alone."""
-    if fsync not in FSYNC_POLICIES:
-        raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
+def lock(path: Path) -> int:
+    """Lock the database for this server alone; the lock file's descriptor.
+
+    A second server on the same file fails here instead of replaying (and running) the same
+    jobs twice. The lock is a file beside the database, not SQLite's own, because the
+    checkpoint process must be able to write the database while the server holds it.
+    """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        # The writer thread uses the connection after load() ran on the loop thread.
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=1.0)
+        fd = os.open(path.with_name(f"{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StoreError(f"cannot open {path}: {exc}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        raise StoreError(f"{path} is in use by another process ({exc})") from exc
+    return fd
+
+
+def _check_policy(fsync: str) -> None:
+    if fsync not in FSYNC_POLICIES:
+        raise ValueError(f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {fsync!r}")
+
+
+def connect(path: Path, fsync: str = "batch", timeout: float = 5.0) -> sqlite3.Connection:
+    """Open (creating or upgrading if needed) the job database."""
+    _check_policy(fsync)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, isolation_level=None, timeout=timeout)
     except (OSError, sqlite3.Error) as exc:
         raise StoreError(f"cannot open {path}: {exc}") from exc
     try:
-        # Exclusive before WAL: no shared-memory index, and a second server on the same file
-        # fails here instead of replaying (and running) the same jobs twice.
-        conn.execute("PRAGMA locking_mode = EXCLUSIVE")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if mode != "wal":
             raise StoreError(f"{path}: cannot switch to WAL mode (got {mode!r})")
         conn.execute(f"PRAGMA synchronous = {'OFF' if fsync == 'off' else 'FULL'}")
-        # Upserts look ids up in the unique index; keep it in memory (64 MiB).
-        conn.execute("PRAGMA cache_size = -65536")
-        conn.execute("BEGIN EXCLUSIVE")  # take the lock now, and keep it (locking_mode)
+        conn.execute("PRAGMA cache_size = -65536")  # 64 MiB: the pages a checkpoint updates
+        conn.execute("BEGIN IMMEDIATE")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise StoreError(
@@ -249,13 +274,100 @@ def connect(path: Path, fsync: str = "batch") -> sqlite3.Connection:
         conn.execute("COMMIT")
     except sqlite3.Error as exc:
         conn.close()
-        if "locked" in str(exc):
-            raise StoreError(f"{path} is in use by another process ({exc})") from exc
         raise StoreError(f"cannot use {path}: {exc}") from exc
     except StoreError:
         conn.close()
         raise
     return conn
+
+
+def _open(path: Path, fsync: str) -> tuple[sqlite3.Connection, int, int]:
+    """Connect and apply the log a crash left: the connection, the log generation to write
+    next and the next row key."""
+    conn = connect(path, fsync)
+    try:
+        generation = apply_log(conn, path) + 1
+        next_row = 1 + conn.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
+    except sqlite3.Error as exc:
+        conn.close()
+        raise StoreError(f"cannot read {path}: {exc}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn, generation, int(next_row)
+
+
+def apply_log(conn: sqlite3.Connection, path: Path, through: int | None = None) -> int:
+    """Apply the redo log files newer than SQLite's checkpoint (up to generation `through`,
+    or all) in one transaction, then delete them; the last generation now covered."""
+    redo = RedoLog(path)
+    try:
+        row = conn.execute(_CHECKPOINT_LOAD).fetchone()
+        checkpointed = 0 if row is None else int(row[0])
+        generations = [g for g in redo.generations() if through is None or g <= through]
+    except (OSError, sqlite3.Error) as exc:
+        raise StoreError(f"cannot read {path}: {exc}") from exc
+    newer = [generation for generation in generations if generation > checkpointed]
+    if newer:
+        changes: Changes = {}
+        kv: KVChanges = {}
+        frames = 0
+        for generation in newer:
+            log_path = redo.path(generation)
+            try:
+                for body in read_frames(log_path):
+                    batch_changes, batch_kv = _decode(body)
+                    changes.update(batch_changes)  # in order: the latest change wins
+                    kv.update(batch_kv)
+                    frames += 1
+            except (OSError, ValueError, EOFError, TypeError) as exc:
+                raise StoreError(f"cannot read the redo log {log_path}: {exc}") from exc
+        error = write_rows(conn, changes, kv, newer[-1])
+        if error is not None:
+            raise StoreError(f"cannot apply the redo log to {path}: {error}")
+        log.info("store %s: %d batch(es) of the redo log applied", path, frames)
+    last = max([checkpointed, *generations])
+    try:
+        redo.remove_through(last)
+    except OSError as exc:  # the next start skips them: they are older than the checkpoint
+        log.warning("store %s: applied redo log files not removed: %s", path, exc)
+    return last
+
+
+def write_rows(
+    conn: sqlite3.Connection, changes: Changes, kv: KVChanges, generation: int
+) -> str | None:
+    """One transaction: the changes, and the log generation they complete; the error."""
+    # SQLite before 3.32 allows 999 parameters per statement, later ones 32766.
+    limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+    sizes = tuple(size for size in _STATEMENT_SIZES if size * _FULL_WIDTH <= limit)
+    upserts = [row for row in changes.values() if row is not None]
+    deletes = [key for key, row in changes.items() if row is None]
+    plain = [row for row in upserts if len(row) == _PLAIN_WIDTH]
+    full = [row for row in upserts if len(row) == _FULL_WIDTH] if len(plain) < len(upserts) else []
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        for width, rows_of_width in ((_PLAIN_WIDTH, plain), (_FULL_WIDTH, full)):
+            for size, rows in _runs(rows_of_width, sizes):
+                conn.execute(_upsert(size, width), [value for row in rows for value in row])
+        for size, ids in _runs(deletes, sizes):
+            conn.execute(_delete(size), ids)
+        for (namespace, key), value in kv.items():
+            if value is None:
+                conn.execute(_KV_DELETE, (namespace, key))
+            else:
+                conn.execute(_KV_PUT, (namespace, key, value))
+        conn.execute(_CHECKPOINT_SAVE[0])
+        conn.execute(_CHECKPOINT_SAVE[1], (generation,))
+        conn.execute("COMMIT")
+    except Exception as exc:  # any failure fails this transaction, never the caller
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 class SQLiteStore:
@@ -269,85 +381,37 @@ class SQLiteStore:
         self.path = path
         self.fsync = fsync
         self.checkpoint_bytes = checkpoint_bytes
+        #: Seconds a checkpoint process waits for a lock on the database before it fails.
+        self.checkpoint_timeout = 30.0
         self.write_count = 0
         self.commits = 0  # successful log writes, for benchmarks and tests
         self.checkpoints = 0  # successful checkpoints, for tests
         #: Why the latest log write failed; None once a write succeeds again.
         self.last_error: str | None = None
-        self._conn = connect(path, fsync)
-        # SQLite before 3.32 allows 999 parameters per statement, later ones 32766.
-        limit = self._conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-        self._sizes = tuple(size for size in _STATEMENT_SIZES if size * _FULL_WIDTH <= limit)
-        self._log = RedoLog(path, sync=fsync != "off", merge=fsync != "always")
+        _check_policy(fsync)  # before the lock file is made
+        self._lock = lock(path)
         try:
-            self._generation = self._recover() + 1  # the log generation written now
-        except StoreError:
-            self._conn.close()  # and with it the file's lock
+            # The log generation written now, the next job's row key.
+            self._conn, self._generation, self._next_row = _open(path, fsync)
+        except BaseException:
+            os.close(self._lock)
             raise
-        self._next_row = (
-            1 + self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM jobs").fetchone()[0]
-        )
+        self._log = RedoLog(path, sync=fsync != "off", merge=fsync != "always")
         # The current loop turn's changes: row key -> job to save, or None: remove.
         self._batch: dict[int, Job | None] = {}
         self._kv: KVChanges = {}  # key-value writes of the current batch
-        self._removals = False  # whether the batch removes any row
+        self._kv_written: KVChanges = {}  # every key-value write handed to the log
         self._scheduled = False
         self._handed = 0  # number of the last batch handed to the log
         self._done = 0  # number of the last batch whose log write finished
         self._waiters: deque[tuple[int, Callback]] = deque()  # (batch number, callback)
-        # Batches handed to the log and not yet written: (number, changes, kv, removals).
-        self._in_flight: deque[tuple[int, Changes, KVChanges, bool]] = deque()
-        # Durable changes SQLite does not have yet, the latest per row or record.
-        self._unsaved: Changes = {}
-        self._unsaved_kv: KVChanges = {}
-        # Rows keyed from here on were first saved in the current generation: neither SQLite
-        # nor a running checkpoint has them, so their removal needs no DELETE.
-        self._fresh_rows = self._next_row
         self._log_bytes = 0  # frame bytes handed to the current generation
         self._rotated_after: int | None = None  # last batch of the generation to checkpoint
-        self._checkpoint: threading.Thread | None = None
-        self._checkpoint_outcome: tuple[int, Changes, KVChanges, str | None] | None = None
+        self._checkpoint: subprocess.Popen[bytes] | None = None
         self._failures = 0
         self._logged_at = 0.0
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
-
-    # ------------------------------------------------------------------ replay
-
-    def _recover(self) -> int:
-        """Apply the log files newer than SQLite's checkpoint; the last generation seen."""
-        conn = self._conn
-        try:
-            row = conn.execute(_CHECKPOINT_LOAD).fetchone()
-            checkpointed = 0 if row is None else int(row[0])
-            generations = self._log.generations()
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"cannot read {self.path}: {exc}") from exc
-        newer = [generation for generation in generations if generation > checkpointed]
-        if newer:
-            changes: Changes = {}
-            kv: KVChanges = {}
-            frames = 0
-            for generation in newer:
-                path = self._log.path(generation)
-                try:
-                    for body in read_frames(path):
-                        batch_changes, batch_kv = _decode(body)
-                        changes.update(batch_changes)  # in order: the latest change wins
-                        kv.update(batch_kv)
-                        frames += 1
-                except (OSError, ValueError, EOFError, TypeError) as exc:
-                    raise StoreError(f"cannot read the redo log {path}: {exc}") from exc
-            error = self._write_rows(changes, kv, newer[-1])
-            if error is not None:
-                raise StoreError(f"cannot apply the redo log to {self.path}: {error}")
-            log.info("store %s: %d batch(es) replayed from the redo log", self.path, frames)
-        last = max([checkpointed, *generations])
-        try:
-            self._log.remove_through(last)
-        except OSError as exc:
-            raise StoreError(f"cannot remove the applied redo log of {self.path}: {exc}") from exc
-        return last
 
     def load(self) -> Iterator[StoredJob]:
         try:
@@ -372,7 +436,6 @@ class SQLiteStore:
         self.write_count += 1
         if job.row:  # None replaces a save of the same batch
             self._batch[job.row] = None
-            self._removals = True
         if not self._scheduled:
             self._schedule()
 
@@ -382,8 +445,7 @@ class SQLiteStore:
             records = dict(self._conn.execute(_KV_LOAD, (namespace,)).fetchall())
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read {self.path}: {exc}") from exc
-        layers = [self._unsaved_kv, *(kv for _, _, kv, _ in self._in_flight), self._kv]
-        for layer in layers:
+        for layer in (self._kv_written, self._kv):  # what SQLite may not have yet
             for (ns, key), value in layer.items():
                 if ns == namespace:
                     if value is None:
@@ -426,14 +488,15 @@ class SQLiteStore:
 
     def _hand_off(self) -> None:
         """Turn the batch into rows here, on the loop thread that owns the jobs."""
-        batch, kv, removals = self._batch, self._kv, self._removals
+        batch, kv = self._batch, self._kv
         if not (batch or kv) or self._closed:
             return
-        self._batch, self._kv, self._removals = {}, {}, False
+        self._batch, self._kv = {}, {}
         changes: Changes = {key: None if job is None else _row(job) for key, job in batch.items()}
         body = _encode(changes, kv)
         self._handed += 1
-        self._in_flight.append((self._handed, changes, kv, removals))
+        if kv:
+            self._kv_written.update(kv)
         self._log.append(self._handed, body)
         self._log_bytes += len(body)
         if (
@@ -446,13 +509,8 @@ class SQLiteStore:
     def _written(self, number: int, error: str | None) -> None:
         """On the loop: batches up to `number` are in the log (error None) or failed."""
         if self._closed:
-            return  # close() took what was still in flight
+            return  # close() reports what was still in flight
         ok = error is None
-        in_flight = self._in_flight
-        while in_flight and in_flight[0][0] <= number:
-            _, changes, kv, removals = in_flight.popleft()
-            if ok:
-                self._remember(changes, kv, removals)
         self._done = number
         self.commits += ok
         self._note_result(error)
@@ -469,115 +527,63 @@ class SQLiteStore:
             except Exception:
                 log.exception("after_commit callback failed")
 
-    def _remember(self, changes: Changes, kv: KVChanges, removals: bool) -> None:
-        """Durable changes join those the next checkpoint writes to SQLite."""
-        unsaved = self._unsaved
-        if not removals:
-            unsaved.update(changes)
-        else:
-            fresh = self._fresh_rows
-            for key, row in changes.items():
-                if row is None and key >= fresh:
-                    unsaved.pop(key, None)  # saved and removed since the last rotation
-                else:
-                    unsaved[key] = row
-        if kv:
-            self._unsaved_kv.update(kv)
-
     # ------------------------------------------------------------------ checkpoints
 
     def _rotate(self) -> None:
         """Start a new log generation; checkpoint the old one once its writes are done."""
         self._rotated_after = self._handed
         self._generation += 1
-        self._fresh_rows = self._next_row
         self._log_bytes = 0
         self._log.rotate(self._generation)
         if self._done >= self._handed:
             self._start_checkpoint()
 
     def _start_checkpoint(self) -> None:
-        """Every batch of the old generation is written: hand its rows to SQLite."""
+        """Every batch of the old generation is written: a process applies it to SQLite."""
         self._rotated_after = None
-        changes, kv = self._unsaved, self._unsaved_kv
-        self._unsaved, self._unsaved_kv = {}, {}
         generation = self._generation - 1
-        self._checkpoint = threading.Thread(
-            target=self._run_checkpoint,
-            args=(generation, changes, kv),
-            name="jobwire-checkpoint",
-            daemon=True,
-        )
-        self._checkpoint.start()
-
-    def _run_checkpoint(self, generation: int, changes: Changes, kv: KVChanges) -> None:
-        """The checkpoint thread: write SQLite, then drop the log files it covers."""
-        error = self._write_rows(changes, kv, generation)
-        if error is None:
-            try:
-                self._log.remove_through(generation)
-            except OSError as exc:  # replay skips them: they are older than the checkpoint
-                log.warning("store %s: old redo log not removed: %s", self.path, exc)
-        self._checkpoint_outcome = (generation, changes, kv, error)
+        command = [sys.executable, "-m", "jobwire.store.checkpoint", str(self.path)]
+        command += [str(generation), self.fsync, str(self.checkpoint_timeout), str(os.getpid())]
+        try:
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=_child_env())
+        except OSError as exc:  # the log files stay: the next checkpoint takes them too
+            log.error("store %s: cannot start a checkpoint: %s", self.path, exc)
+            return
+        self._checkpoint = process
         loop = self._loop
         assert loop is not None
-        with contextlib.suppress(RuntimeError):  # a closed loop: close() finishes it
-            loop.call_soon_threadsafe(self._checkpoint_finished)
+        threading.Thread(
+            target=self._await_checkpoint,
+            args=(process, generation, loop),
+            name="jobwire-checkpoint",
+            daemon=True,
+        ).start()
 
-    def _checkpoint_finished(self) -> None:
-        outcome, self._checkpoint_outcome = self._checkpoint_outcome, None
-        if outcome is None:
+    def _await_checkpoint(
+        self, process: subprocess.Popen[bytes], generation: int, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        """A thread that only waits for the process (without the GIL) and tells the loop."""
+        code = process.wait()
+        with contextlib.suppress(RuntimeError):  # a closed loop: close() waited for it
+            loop.call_soon_threadsafe(self._checkpoint_finished, process, generation, code)
+
+    def _checkpoint_finished(
+        self, process: subprocess.Popen[bytes], generation: int, code: int
+    ) -> None:
+        if self._checkpoint is not process:
             return
         self._checkpoint = None
-        generation, changes, kv, error = outcome
-        if error is None:
+        if code == 0:
             self.checkpoints += 1
             return
-        # Its log files stay, so nothing is lost; the next checkpoint writes these rows too.
+        # Its log files stay, so nothing is lost; the next checkpoint applies them too.
         log.error(
-            "store %s: checkpoint of %d change(s) through log generation %d failed,"
-            " retried later: %s",
+            "store %s: checkpoint through log generation %d failed (exit status %d),"
+            " retried with the next one",
             self.path,
-            len(changes),
             generation,
-            error,
+            code,
         )
-        changes.update(self._unsaved)
-        kv.update(self._unsaved_kv)
-        self._unsaved, self._unsaved_kv = changes, kv
-
-    def _write_rows(self, changes: Changes, kv: KVChanges, generation: int) -> str | None:
-        """One transaction: the changes, and the log generation they complete."""
-        conn = self._conn
-        upserts = [row for row in changes.values() if row is not None]
-        deletes = [key for key, row in changes.items() if row is None]
-        plain = [row for row in upserts if len(row) == _PLAIN_WIDTH]
-        full = (
-            [row for row in upserts if len(row) == _FULL_WIDTH] if len(plain) < len(upserts) else []
-        )
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for width, rows_of_width in ((_PLAIN_WIDTH, plain), (_FULL_WIDTH, full)):
-                for size, rows in _runs(rows_of_width, self._sizes):
-                    conn.execute(_upsert(size, width), [value for row in rows for value in row])
-            for size, ids in _runs(deletes, self._sizes):
-                conn.execute(_delete(size), ids)
-            for (namespace, key), value in kv.items():
-                if value is None:
-                    conn.execute(_KV_DELETE, (namespace, key))
-                else:
-                    conn.execute(_KV_PUT, (namespace, key, value))
-            conn.execute(_CHECKPOINT_SAVE[0])
-            conn.execute(_CHECKPOINT_SAVE[1], (generation,))
-            conn.execute("COMMIT")
-        except Exception as exc:  # any failure fails this checkpoint, never the thread
-            try:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            return f"{type(exc).__name__}: {exc}"
-        return None
 
     def _note_result(self, error: str | None) -> None:
         if error is None:
@@ -601,33 +607,38 @@ class SQLiteStore:
     # ------------------------------------------------------------------ shutdown
 
     def close(self) -> None:
-        """Write what is pending, checkpoint it all into SQLite and close the file."""
+        """Write what is pending, apply the whole log to SQLite and close the file."""
         if self._closed:
             return
         self._hand_off()
         self._closed = True
         self._log.stop()
         if self._checkpoint is not None:
-            self._checkpoint.join()
-            self._checkpoint_finished()
-        # Batches whose write was never reported: nobody was told they failed.
-        for _, changes, kv, _ in self._in_flight:
-            self._unsaved.update(changes)
-            self._unsaved_kv.update(kv)
-        self._in_flight.clear()
-        error = self._write_rows(self._unsaved, self._unsaved_kv, self._generation)
-        if error is None:
-            with contextlib.suppress(OSError):  # the next start skips them anyway
-                self._log.remove_through(self._generation)
-        else:  # the log files stay: the next start applies them
-            log.error("store %s: final checkpoint failed: %s", self.path, error)
+            self._checkpoint.wait()
+            self._checkpoint = None
+        # Every frame written is in the log files, reported or not: SQLite takes them all.
+        try:
+            apply_log(self._conn, self.path)
+            ok = True
+        except StoreError as exc:  # the log files stay: the next start applies them
+            log.error("store %s: final checkpoint failed: %s", self.path, exc)
+            ok = False
         self._done = self._handed
-        self._notify(self._handed, error is None)
+        self._notify(self._handed, ok)
         try:
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error as exc:
             log.warning("store %s: final checkpoint failed: %s", self.path, exc)
         self._conn.close()
+        os.close(self._lock)
+
+
+def _child_env() -> dict[str, str]:
+    """The environment of a checkpoint process: it imports this jobwire, wherever it is."""
+    env = dict(os.environ)
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    return env
 
 
 def _encode(changes: Changes, kv: KVChanges) -> bytes:
