@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 MODULES = (
     "jobwire.engine.engine",
     "jobwire.engine.job",
+    "jobwire.engine.jobindex",
     "jobwire.engine.lanes",
     "jobwire.engine.timers",
     "jobwire.engine.worker",

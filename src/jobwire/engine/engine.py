@@ -26,6 +26,7 @@ from jobwire.engine.job import (
     JobState,
     Subscriber,
 )
+from jobwire.engine.jobindex import JobIndex
 from jobwire.engine.lanes import FunctionInfo, Lane
 from jobwire.engine.timers import TimerHeap
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
@@ -130,7 +131,8 @@ class Engine:
         self.clock = clock
         self.store: Store = store or MemoryStore()
         self._durable = self.store.durable
-        self.jobs: dict[str, Job] = {}
+        self._handle_prefix = self.config.handle_prefix + ":"
+        self.jobs = JobIndex(self._handle_prefix)
         self.uniques: dict[UniqueKey, Job] = {}
         self.functions: dict[str, FunctionInfo] = {}
         self.queues: dict[str, QueueInfo] = {}
@@ -139,7 +141,6 @@ class Engine:
         # Plain integers, not itertools.count: next() is a generic call in compiled code.
         self._last_seq = 0
         self._last_handle = 0
-        self._handle_prefix = self.config.handle_prefix + ":"
         self._finished: deque[tuple[float, Job]] = deque()
         #: Seconds to wait before a failed job is retried; protocols with retry policies set it.
         self.backoff: Callable[[Job], float] = lambda job: 0.0
@@ -149,6 +150,7 @@ class Engine:
     # ------------------------------------------------------------------ ids and registry
 
     def next_handle(self) -> str:
+        """The id of the next job the engine numbers (`_last_handle` is its number)."""
         self._last_handle += 1
         return f"{self._handle_prefix}{self._last_handle}"
 
@@ -231,6 +233,7 @@ class Engine:
         if fn.max_queue is not None:
             self._check_max_queue(fn, priority)
         now = self.clock()
+        numbered = job_id is None
         if job_id is None:
             job_id = self.next_handle()
         job = Job(
@@ -247,7 +250,9 @@ class Engine:
         job.lease_timeout = lease_timeout
         job.reducer = reducer
         job.ext = ext
-        self.jobs[job.id] = job
+        if numbered:
+            job.number = self._last_handle
+        self.jobs.add(job)
         if key is not None:
             self.uniques[key] = job
         if subscriber is not None:
@@ -297,7 +302,8 @@ class Engine:
         )
         if self.config.job_retries is not None:
             job.max_attempts = self.config.job_retries
-        self.jobs[job.id] = job
+        job.number = self._last_handle
+        self.jobs.add(job)
         if key is not None:
             self.uniques[key] = job
         if subscriber is not None:
@@ -732,10 +738,9 @@ class Engine:
                 self.timers.add(now + self.config.retain_finished, self._on_forget, None)
             elif len(finished) > self.config.retain_finished_max:
                 _, oldest = finished.popleft()
-                if self.jobs.get(oldest.id) is oldest:
-                    del self.jobs[oldest.id]
+                self.jobs.discard(oldest)
         else:
-            self.jobs.pop(job.id, None)
+            self.jobs.discard(job)
         if self.observers:
             self._observe(_FINISH_EVENTS[state], job)
 
@@ -743,8 +748,7 @@ class Engine:
         finished = self._finished
         while finished and finished[0][0] <= when:
             _, job = finished.popleft()
-            if self.jobs.get(job.id) is job:
-                del self.jobs[job.id]
+            self.jobs.discard(job)
         if finished:
             self.timers.add(finished[0][0], self._on_forget, None)
 
@@ -773,9 +777,10 @@ class Engine:
         if job.state is not JobState.DISCARDED:
             raise IllegalTransition(f"cannot retry a {job.state.name.lower()} job")
         fresh = _background_copy(job)
+        fresh.number = job.number
         fresh.lease_timeout = job.lease_timeout
         fresh.ext = job.ext
-        self.jobs[fresh.id] = fresh
+        self.jobs.add(fresh)
         key = self.unique_key(fresh.function, fresh.unique, fresh.payload)
         if key is not None and key not in self.uniques:
             self.uniques[key] = fresh
@@ -788,8 +793,8 @@ class Engine:
 
     def forget(self, job: Job) -> None:
         """Drop a finished job from status queries before its retention ends."""
-        if job.state.terminal and self.jobs.get(job.id) is job:
-            del self.jobs[job.id]
+        if job.state.terminal:
+            self.jobs.discard(job)
 
     def _observe(self, event: str, job: Job) -> None:
         for observer in self.observers:
@@ -882,15 +887,13 @@ class Engine:
         """Put jobs read back from the store into the queues (start-up replay)."""
         count = 0
         # New handles must not reuse the numbers of replayed jobs (PREFIX:N).
-        prefix = self.config.handle_prefix + ":"
         top = 0
+        index = self.jobs
         for job in jobs:
-            if job.id.startswith(prefix):
-                number = job.id[len(prefix) :]
-                if number.isdigit():
-                    top = max(top, int(number))
+            job.number = index.number(job.id)
+            top = max(top, job.number)
             fn = self.function(job.function)
-            self.jobs[job.id] = job
+            index.add(job)
             key = self.unique_key(job.function, job.unique, job.payload)
             if key is not None:
                 self.uniques[key] = job

@@ -73,6 +73,7 @@ class Job:
         "lease_deadline",
         "lease_timeout",
         "max_attempts",
+        "number",
         "payload",
         "priority",
         "progress",
@@ -128,6 +129,7 @@ class Job:
         # Protocol-specific attributes (an OJS envelope's extra fields, retry policy, ...).
         self.ext: dict[str, Any] | None = None
         self.row = 0  # the durable store's key for the job, given on first save; 0: none
+        self.number = 0  # N of an id the engine made (PREFIX:N); 0: an id chosen by a client
 
     @property
     def retries(self) -> int:

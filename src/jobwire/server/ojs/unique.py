@@ -7,9 +7,8 @@ out. The index is rebuilt from restored jobs' `ext` after a restart.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from jobwire.engine.job import Job
+from jobwire.engine.jobindex import JobIndex
 from jobwire.protocols.ojs.unique import UniquePolicy
 
 
@@ -20,9 +19,7 @@ class UniqueIndex:
     def add(self, key: str, job: Job, until: float | None) -> None:
         self._holders[key] = (job.id, until)
 
-    def conflict(
-        self, key: str, policy: UniquePolicy, now: float, jobs: Mapping[str, Job]
-    ) -> Job | None:
+    def conflict(self, key: str, policy: UniquePolicy, now: float, jobs: JobIndex) -> Job | None:
         """The job a new PUSH with `key` would duplicate, or None."""
         held = self._holders.get(key)
         if held is None:
