@@ -73,30 +73,80 @@ def test_iteration_lists_engine_jobs_in_order_then_client_jobs() -> None:
     assert list(index) == []
 
 
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(["add", "discard", "get"]),
-            st.one_of(st.integers(1, 20), st.sampled_from(["a", "b", "H:01", "c:1"])),
-        )
-    )
+# Numbers mostly count up with now and then a jump (replayed ids) or an old one again (a
+# revived job); slack 2 makes the window drop slots, move stragglers and restart often.
+_OPERATIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["next", "next", "jump", "again", "named", "discard", "discard", "get"]),
+        st.integers(0, 10_000),
+    ),
+    max_size=300,
 )
-def test_behaves_as_a_dict_of_ids(operations: list[tuple[str, int | str]]) -> None:
-    index = JobIndex("H:")
+
+
+@given(_OPERATIONS, st.sampled_from([0, 2, 4096]))
+def test_behaves_as_a_dict_of_ids(operations: list[tuple[str, int]], slack: int) -> None:
+    index = JobIndex("H:", slack=slack)
     model: dict[str, Job] = {}
-    for action, key in operations:
-        job = numbered(key) if isinstance(key, int) else named(key)
-        if action == "add":
+    last = 0
+    for action, value in operations:
+        if action in ("next", "jump", "again"):
+            if action == "next":
+                last += 1
+                number = last
+            elif action == "jump":
+                last += value
+                number = last = max(last, 1)
+            else:
+                number = 1 + value % max(last, 1)
+            job = numbered(number)
             index.add(job)
             model[job.id] = job
-        elif action == "discard":
-            current = model.get(job.id)
-            if current is not None:
-                index.discard(current)
-                del model[job.id]
-        assert index.get(job.id) is model.get(job.id)
+        elif action == "named":
+            job = named(f"client-{value % 7}")
+            index.add(job)
+            model[job.id] = job
+        elif action == "discard" and model:
+            ids = sorted(model)
+            victim = model.pop(ids[value % len(ids)])
+            index.discard(victim)
+            index.discard(numbered(victim.number) if victim.number else named(victim.id))
+        probe = f"H:{1 + value % max(last, 1)}"
+        assert index.get(probe) is model.get(probe)
         assert len(index) == len(model)
     assert dict(index.items()) == model
+    assert [job.number for job in index.values() if job.number] == sorted(
+        job.number for job in model.values() if job.number
+    )
+
+
+def test_a_job_that_stays_does_not_hold_the_window_open() -> None:
+    index = JobIndex("H:", slack=8)
+    straggler = numbered(1)
+    index.add(straggler)
+    for number in range(2, 10_000):
+        job = numbered(number)
+        index.add(job)
+        index.discard(job)
+    assert index.get("H:1") is straggler
+    assert len(index._window) < 100  # not 10,000 empty slots behind one job
+    index.discard(straggler)
+    assert len(index) == 0
+
+
+def test_a_revived_straggler_replaces_the_one_moved_out_of_the_window() -> None:
+    index = JobIndex("H:", slack=8)
+    index.add(numbered(1))  # stays while most of the jobs after it finish
+    for number in range(2, 55):
+        job = numbered(number)
+        index.add(job)
+        if number % 5:
+            index.discard(job)
+    live = len(index)
+    fresh = numbered(1)  # Engine.revive: a new record under the same id
+    index.add(fresh)
+    assert index.get("H:1") is fresh
+    assert len(index) == live
 
 
 def test_the_engine_numbers_its_jobs_and_keeps_client_ids_by_string() -> None:
