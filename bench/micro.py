@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from jobwire.engine import Engine, EngineConfig
+from jobwire.engine.events import EventLog
+from jobwire.server.app import tune_gc
 from jobwire.server.gearman import GearmanConnection, GearmanOptions, GearmanServer
 from jobwire.server.runtime import Runtime
+from jobwire.store.sqlite import SQLiteStore
 
 HEADER = struct.Struct(">4sII")
 JOBS = 100_000
@@ -65,10 +70,11 @@ def measure(name: str, run: Any) -> None:
     start = time.process_time()
     run()
     cpu = time.process_time() - start
-    print(f"{name:<22} {cpu / JOBS * 1e6:6.2f} us/job")
+    print(f"{name:<26} {cpu / JOBS * 1e6:6.2f} us/job")
 
 
 def main() -> None:
+    tune_gc()  # as the server does
     loop = asyncio.new_event_loop()
     engine = Engine(EngineConfig(handle_prefix="H:bench"))
     runtime = Runtime(engine, loop)
@@ -119,6 +125,40 @@ def main() -> None:
             end_turn()
 
     measure("fg (submit..complete)", foreground)
+    loop.close()
+    enqueue_on_loop(submits, "enqueue, memory, loop")
+    enqueue_on_loop(submits, "enqueue, with event log", events=True)
+    enqueue_on_loop(submits, "enqueue, sqlite no sync", durable=True)
+
+
+def enqueue_on_loop(
+    submits: list[bytes], name: str, *, events: bool = False, durable: bool = False
+) -> None:
+    """Enqueue with the loop running between reads, as a server does. `events`: with the
+    event log the HTTP listener keeps; `durable`: the SQLite store's loop-side work (rows,
+    redo log frames, held replies) without syncs (fsync policy `off` reports each frame as
+    soon as it is written)."""
+    loop = asyncio.new_event_loop()
+    with tempfile.TemporaryDirectory() as directory:
+        store = SQLiteStore(Path(directory) / "micro.db", fsync="off") if durable else None
+        engine = Engine(EngineConfig(handle_prefix="H:bench"), store=store)
+        if events:
+            engine.observers.append(EventLog(clock=engine.clock).observe)
+        runtime = Runtime(engine, loop)
+        server = GearmanServer(runtime, GearmanOptions())
+        client = connect(server)
+
+        async def turns() -> None:
+            for chunk in submits:
+                client.data_received(chunk)
+                runtime.flush_all()
+                await asyncio.sleep(0)  # the store's end-of-turn hand-off
+                await asyncio.sleep(0)  # its report, which releases the replies
+
+        measure(name, lambda: loop.run_until_complete(turns()))
+        loop.run_until_complete(asyncio.sleep(0))
+        if store is not None:
+            store.close()
     loop.close()
 
 

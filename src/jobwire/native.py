@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 #: The Gearman hot path, compiled together into one shared library (`jobwire.hot__mypyc`).
 MODULES = (
     "jobwire.engine.engine",
+    "jobwire.engine.events",
     "jobwire.engine.job",
     "jobwire.engine.jobindex",
     "jobwire.engine.lanes",

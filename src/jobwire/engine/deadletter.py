@@ -34,7 +34,7 @@ class DeadLetter:
         return job_id in self._jobs
 
     def observe(self, event: str, job: Job) -> None:
-        """`Engine.observers` hook: keep discarded jobs the predicate wants."""
+        """`Engine.finish_observers` hook: keep discarded jobs the predicate wants."""
         if event == "job.discarded" and self.wants(job):
             self._jobs.pop(job.id, None)
             self._jobs[job.id] = job

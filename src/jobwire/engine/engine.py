@@ -144,8 +144,11 @@ class Engine:
         self._finished: deque[tuple[float, Job]] = deque()
         #: Seconds to wait before a failed job is retried; protocols with retry policies set it.
         self.backoff: Callable[[Job], float] = lambda job: 0.0
-        #: Event log, dead letter, workflows...: called after each job transition.
+        #: The event log...: called after each job transition.
         self.observers: list[JobObserver] = []
+        #: Dead letter, workflows...: called after the observers when a job finishes
+        #: (completed, cancelled, discarded), so they cost the other transitions nothing.
+        self.finish_observers: list[JobObserver] = []
 
     # ------------------------------------------------------------------ ids and registry
 
@@ -741,8 +744,10 @@ class Engine:
                 self.jobs.discard(oldest)
         else:
             self.jobs.discard(job)
-        if self.observers:
-            self._observe(_FINISH_EVENTS[state], job)
+        if self.observers or self.finish_observers:
+            name = _FINISH_EVENTS[state]
+            self._observe(name, job)
+            self._tell_observers(self.finish_observers, name, job)
 
     def _on_forget(self, _owner: object, when: float) -> None:
         finished = self._finished
@@ -797,7 +802,10 @@ class Engine:
             self.jobs.discard(job)
 
     def _observe(self, event: str, job: Job) -> None:
-        for observer in self.observers:
+        self._tell_observers(self.observers, event, job)
+
+    def _tell_observers(self, observers: list[JobObserver], event: str, job: Job) -> None:
+        for observer in observers:
             try:
                 observer(event, job)
             except Exception:  # an observer's bug must not undo a transition

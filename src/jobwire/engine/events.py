@@ -1,17 +1,15 @@
 """The event log: a bounded, in-memory record of job lifecycle events, whatever the protocol.
 
 The engine tells its observers about every job transition (`Engine.observers`); `EventLog`
-is one such observer. It keeps the newest `capacity` events in a ring, each a small frozen
-snapshot taken when the event happened (the job keeps changing afterwards). Adapters read it
+is one such observer. It keeps the newest `capacity` events in a ring, each with the job's
+fields as they were when the event happened (the job keeps changing afterwards). Adapters read it
 (OJS `GET /ojs/v1/events`) by type, queue and a sequence cursor. Events are not durable: they
 describe what this process saw, and a restart starts a new log.
 """
 
 from __future__ import annotations
 
-import itertools
-from collections import deque
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,19 +37,19 @@ class Event:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-#: What the log keeps of a job event: cheap to take on the hot path, turned into `data` only
-#: when read. (seq, event, time, id, function, queue, attempts, state, started, finished,
-#: priority, worker name)
-_Snapshot = tuple[
-    int, str, float, str, str, str, int, JobState, float | None, float | None, int, str | None
-]
-
-
-def _job_data(snap: _Snapshot) -> dict[str, Any]:
+def _job_data(
+    event: str,
+    job_id: str,
+    function: str,
+    queue: str | None,
+    attempts: int,
+    state: JobState,
+    started: float | None,
+    finished: float | None,
+    priority: int,
+    worker: str | None,
+) -> dict[str, Any]:
     """The protocol-neutral facts of a job event (OJS events vocabulary field names)."""
-    _, event, _, job_id, function, queue, attempts, state, started, finished, priority, worker = (
-        snap
-    )
     data: dict[str, Any] = {
         "job_id": job_id,
         "job_type": function,
@@ -70,37 +68,58 @@ def _job_data(snap: _Snapshot) -> dict[str, Any]:
 
 
 class EventLog:
-    """The newest `capacity` events; `capacity` 0 records nothing."""
+    """The newest `capacity` events; `capacity` 0 records nothing.
+
+    A ring of preallocated columns, one list per field: a job event (the engine emits
+    several per job, on every protocol's hot path) is stored by overwriting slots, so
+    recording one allocates no record and leaves nothing for the garbage collector to
+    walk. Other events (`record`: cron, workflows) are kept whole in their own column.
+    An event's sequence number follows from its slot: numbers grow by one per event.
+    """
 
     def __init__(self, capacity: int = 10_000, *, clock: Callable[[], float]) -> None:
         self.capacity = capacity
         self.clock = clock
-        self._events: deque[Event | _Snapshot] = deque(maxlen=max(1, capacity))
-        self._seq = itertools.count(1)
+        size = max(1, capacity)
+        self._size = size
+        self._next = 0  # the slot the next event goes to
+        self._held = 0  # events in the ring, at most `size`
+        self._last_seq = 0  # the sequence number of the newest event
+        self._types: list[str] = [""] * size
+        self._times: list[float] = [0.0] * size
+        self._subjects: list[str] = [""] * size  # a job event's job id
+        self._functions: list[str] = [""] * size
+        self._queues: list[str | None] = [None] * size
+        self._attempts: list[int] = [0] * size
+        self._states: list[JobState] = [JobState.AVAILABLE] * size
+        self._started: list[float | None] = [None] * size
+        self._finished: list[float | None] = [None] * size
+        self._priorities: list[int] = [0] * size
+        self._workers: list[str | None] = [None] * size
+        self._records: list[Event | None] = [None] * size  # None: a job event
 
     def __len__(self) -> int:
-        return len(self._events) if self.capacity else 0
+        return self._held if self.capacity else 0
 
     def observe(self, event: str, job: Job) -> None:
-        """`Engine.observers` hook: record a job event (a tuple: this runs for every job)."""
-        if self.capacity:
-            worker = job.worker
-            self._events.append(
-                (
-                    next(self._seq),
-                    event,
-                    self.clock(),
-                    job.id,
-                    job.function,
-                    job.queue,
-                    job.attempts,
-                    job.state,
-                    job.started_at,
-                    job.finished_at,
-                    job.priority,
-                    worker.name if worker is not None and event == "job.started" else None,
-                )
-            )
+        """`Engine.observers` hook: record a job event (this runs for every job)."""
+        if not self.capacity:
+            return
+        slot = self._next
+        self._types[slot] = event
+        self._times[slot] = self.clock()
+        self._subjects[slot] = job.id
+        self._functions[slot] = job.function
+        self._queues[slot] = job.queue
+        self._attempts[slot] = job.attempts
+        self._states[slot] = job.state
+        self._started[slot] = job.started_at
+        self._finished[slot] = job.finished_at
+        self._priorities[slot] = job.priority
+        worker = job.worker
+        self._workers[slot] = worker.name if worker is not None and event == "job.started" else None
+        self._records[slot] = None
+        self._advance()
 
     def record(
         self, event: str, subject: str, queue: str | None, data: dict[str, Any]
@@ -108,9 +127,20 @@ class EventLog:
         """Append an event (any kind: job, cron, workflow, worker)."""
         if not self.capacity:
             return None
-        entry = Event(next(self._seq), event, self.clock(), subject, queue, data)
-        self._events.append(entry)
+        entry = Event(self._last_seq + 1, event, self.clock(), subject, queue, data)
+        slot = self._next
+        self._types[slot] = event
+        self._queues[slot] = queue
+        self._records[slot] = entry
+        self._advance()
         return entry
+
+    def _advance(self) -> None:
+        self._last_seq += 1
+        slot = self._next + 1
+        self._next = 0 if slot == self._size else slot
+        if self._held < self._size:
+            self._held += 1
 
     def query(
         self,
@@ -122,28 +152,56 @@ class EventLog:
     ) -> list[Event]:
         """Matching events in the order they happened: those after sequence `after` if given,
         else the newest `limit` of them."""
-        matching = self._matching(types, queues, after)
-        if after:
-            return list(itertools.islice(matching, limit))
-        newest: deque[Event] = deque(maxlen=max(0, limit))
-        newest.extend(matching)
-        return list(newest)
+        if limit <= 0:
+            return []
+        picked: list[tuple[int, int]] = []  # (sequence number, slot)
+        for found in self._matching(types, queues, after):
+            picked.append(found)
+            if after and len(picked) == limit:
+                break
+        if not after:
+            picked = picked[-limit:]
+        return [self._event(seq, slot) for seq, slot in picked]
 
     def _matching(
         self, types: Collection[str], queues: Collection[str], after: int
-    ) -> Iterator[Event]:
-        events: Iterable[Event | _Snapshot] = self._events if self.capacity else ()
-        for entry in events:
-            if isinstance(entry, Event):
-                seq, kind, queue = entry.seq, entry.type, entry.queue
-            else:
-                seq, kind, queue = entry[0], entry[1], entry[5]
-            if seq <= after or (types and kind not in types) or (queues and queue not in queues):
+    ) -> Iterator[tuple[int, int]]:
+        """(sequence number, slot) of each matching event, oldest first."""
+        held = len(self)
+        size = self._size
+        first_seq = self._last_seq - held + 1
+        slot = (self._next - held) % size
+        for seq in range(first_seq, first_seq + held):
+            here = slot
+            slot = 0 if slot + 1 == size else slot + 1
+            if seq <= after:
                 continue
-            if isinstance(entry, Event):
-                yield entry
-            else:
-                yield Event(seq, kind, entry[2], entry[3], queue, _job_data(entry))
+            if types and self._types[here] not in types:
+                continue
+            if queues and self._queues[here] not in queues:
+                continue
+            yield seq, here
+
+    def _event(self, seq: int, slot: int) -> Event:
+        entry = self._records[slot]
+        if entry is not None:
+            return entry
+        kind = self._types[slot]
+        data = _job_data(
+            kind,
+            self._subjects[slot],
+            self._functions[slot],
+            self._queues[slot],
+            self._attempts[slot],
+            self._states[slot],
+            self._started[slot],
+            self._finished[slot],
+            self._priorities[slot],
+            self._workers[slot],
+        )
+        return Event(seq, kind, self._times[slot], self._subjects[slot], self._queues[slot], data)
 
     def clear(self) -> None:
-        self._events.clear()
+        """Forget every event; sequence numbers go on growing, so a reader's cursor holds."""
+        self._held = 0
+        self._records = [None] * self._size

@@ -74,7 +74,6 @@ class _HttpWorker:
 
 _HANDLER = _HttpWorker()
 ANONYMOUS = "ojs-anonymous"
-_FINISHED = frozenset({"job.completed", "job.discarded", "job.cancelled"})
 
 
 def retry_policy(job: Job) -> RetryPolicy | None:
@@ -126,15 +125,13 @@ class OJSService:
         self.uniques = UniqueIndex()
         self.cron = CronScheduler(engine, self._cron_trigger, kv=kv, events=self.events)
         self.workflows = Workflows(self, kv)
-        engine.observers.append(self._observe)
+        engine.observers.append(self.events.observe)
+        engine.finish_observers.append(self._job_finished)
         self._recover()
 
-    def _observe(self, event: str, job: Job) -> None:
-        """One engine observer for all: it runs for every job transition of every protocol."""
-        self.events.observe(event, job)
-        if event in _FINISHED:
-            self.dead_letter.observe(event, job)
-            self.workflows.observe(event, job)
+    def _job_finished(self, event: str, job: Job) -> None:
+        self.dead_letter.observe(event, job)
+        self.workflows.observe(event, job)
 
     def _recover(self) -> None:
         """After a replay: expiry timers and unique locks of restored jobs; cron; workflows."""

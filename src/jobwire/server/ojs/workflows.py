@@ -171,7 +171,7 @@ class Workflows:
         self._save(flow)
 
     def observe(self, event: str, job: Job) -> None:
-        """`Engine.observers` hook: a workflow's job finished; move the workflow on."""
+        """`Engine.finish_observers` hook: a workflow's job finished; move the workflow on."""
         if event not in _FINISHED or job.ext is None:
             return
         link = job.ext.get("workflow")
