@@ -37,36 +37,6 @@ class Event:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-def _job_data(
-    event: str,
-    job_id: str,
-    function: str,
-    queue: str | None,
-    attempts: int,
-    state: JobState,
-    started: float | None,
-    finished: float | None,
-    priority: int,
-    worker: str | None,
-) -> dict[str, Any]:
-    """The protocol-neutral facts of a job event (OJS events vocabulary field names)."""
-    data: dict[str, Any] = {
-        "job_id": job_id,
-        "job_type": function,
-        "queue": queue,
-        "attempt": attempts,
-        "state": state.name.lower(),
-    }
-    if event in ("job.completed", "job.discarded") and started is not None:
-        end = finished if finished is not None else started
-        data["duration_ms"] = max(0, int((end - started) * 1000))
-    if worker is not None:
-        data["worker_id"] = worker
-    if priority:
-        data["priority"] = priority
-    return data
-
-
 class EventLog:
     """The newest `capacity` events; `capacity` 0 records nothing.
 
@@ -99,7 +69,7 @@ class EventLog:
         self._records: list[Event | None] = [None] * size  # None: a job event
 
     def __len__(self) -> int:
-        return self._held if self.capacity else 0
+        return self._held
 
     def observe(self, event: str, job: Job) -> None:
         """`Engine.observers` hook: record a job event (this runs for every job)."""
@@ -186,20 +156,31 @@ class EventLog:
         entry = self._records[slot]
         if entry is not None:
             return entry
+        kind, job_id, queue = self._types[slot], self._subjects[slot], self._queues[slot]
+        return Event(seq, kind, self._times[slot], job_id, queue, self._job_data(slot))
+
+    def _job_data(self, slot: int) -> dict[str, Any]:
+        """The protocol-neutral facts of a job event (OJS events vocabulary field names)."""
         kind = self._types[slot]
-        data = _job_data(
-            kind,
-            self._subjects[slot],
-            self._functions[slot],
-            self._queues[slot],
-            self._attempts[slot],
-            self._states[slot],
-            self._started[slot],
-            self._finished[slot],
-            self._priorities[slot],
-            self._workers[slot],
-        )
-        return Event(seq, kind, self._times[slot], self._subjects[slot], self._queues[slot], data)
+        data: dict[str, Any] = {
+            "job_id": self._subjects[slot],
+            "job_type": self._functions[slot],
+            "queue": self._queues[slot],
+            "attempt": self._attempts[slot],
+            "state": self._states[slot].name.lower(),
+        }
+        started = self._started[slot]
+        if kind in ("job.completed", "job.discarded") and started is not None:
+            finished = self._finished[slot]
+            end = finished if finished is not None else started
+            data["duration_ms"] = max(0, int((end - started) * 1000))
+        worker = self._workers[slot]
+        if worker is not None:
+            data["worker_id"] = worker
+        priority = self._priorities[slot]
+        if priority:
+            data["priority"] = priority
+        return data
 
     def clear(self) -> None:
         """Forget every event; sequence numbers go on growing, so a reader's cursor holds."""

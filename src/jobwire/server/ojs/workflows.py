@@ -47,7 +47,6 @@ log = logging.getLogger("jobwire.ojs.workflows")
 
 NAMESPACE = "workflow"
 RUNNING, COMPLETED, FAILED, CANCELLED = "running", "completed", "failed", "cancelled"
-_FINISHED = {"job.completed", "job.discarded", "job.cancelled"}
 #: Seconds a finished workflow stays visible when the engine retains nothing.
 DEFAULT_RETENTION = 3600.0
 
@@ -172,7 +171,7 @@ class Workflows:
 
     def observe(self, event: str, job: Job) -> None:
         """`Engine.finish_observers` hook: a workflow's job finished; move the workflow on."""
-        if event not in _FINISHED or job.ext is None:
+        if job.ext is None:
             return
         link = job.ext.get("workflow")
         if not isinstance(link, dict) or "step" not in link:
