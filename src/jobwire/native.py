@@ -32,6 +32,7 @@ MODULES = (
     "jobwire.protocols.gearman.packets",
     "jobwire.server.gearman",
     "jobwire.server.runtime",
+    "jobwire.store.frames",
     "jobwire.store.sqlite",
 )
 GROUP = "jobwire.hot"

@@ -131,6 +131,10 @@ class Engine:
         self.clock = clock
         self.store: Store = store or MemoryStore()
         self._durable = self.store.durable
+        # Bound once: a call through the Store protocol looks the method up by name, and a
+        # durable store is told of every job.
+        self._save: Callable[[Job], None] = self.store.job_saved
+        self._remove: Callable[[Job], None] = self.store.job_removed
         self._handle_prefix = self.config.handle_prefix + ":"
         self.jobs = JobIndex(self._handle_prefix)
         self.uniques: dict[UniqueKey, Job] = {}
@@ -324,12 +328,12 @@ class Engine:
             # A background submit makes the job outlive its foreground clients.
             existing.background = True
             if self._durable:
-                self.store.job_saved(existing)
+                self._save(existing)
 
     def _accepted(self, job: Job) -> None:
         """Log a new job to the store and tell the observers."""
         if job.background and self._durable:
-            self.store.job_saved(job)
+            self._save(job)
         if self.observers:
             scheduled = job.state is JobState.SCHEDULED
             self._observe("job.scheduled" if scheduled else "job.enqueued", job)
@@ -613,7 +617,7 @@ class Engine:
         if timeout:
             self._set_lease(job, now + timeout)
         if self._durable and job.background:
-            self.store.job_saved(job)
+            self._save(job)
         if self.observers:
             self._observe("job.started", job)
 
@@ -663,7 +667,7 @@ class Engine:
             # Keep its place: it was the oldest job when it was handed out.
             self._make_available(job, fn, front=True)
         if self._durable and job.background:
-            self.store.job_saved(job)
+            self._save(job)
         if self.observers:
             self._observe("job.retrying", job)
 
@@ -733,7 +737,7 @@ class Engine:
             self._tell(job, event, data)
             job.subscribers = None
         if self._durable and job.background:
-            self.store.job_removed(job)
+            self._remove(job)
         if self.config.retain_finished > 0:
             finished = self._finished
             finished.append((now + self.config.retain_finished, job))
@@ -791,7 +795,7 @@ class Engine:
             self.uniques[key] = fresh
         self._make_available(fresh, self.function(fresh.function))
         if self._durable:
-            self.store.job_saved(fresh)
+            self._save(fresh)
         if self.observers:
             self._observe("job.enqueued", fresh)
         return fresh
@@ -853,7 +857,7 @@ class Engine:
         """
         for job in self.jobs.values():
             if self._durable and job.background:
-                self.store.job_removed(job)
+                self._remove(job)
             if job.worker is not None:
                 job.worker.jobs.pop(job.id, None)
                 job.worker = None

@@ -172,6 +172,19 @@ class GearmanServer:
 Handler = Callable[["GearmanConnection", tuple[bytes, ...]], None]
 
 
+class _Hold:
+    """Output held until a store commit: everything queued before `end`, and the
+    JOB_CREATED replies it holds (their positions, and each job, or None if the submit
+    joined a job that already existed), to retract if the commit fails."""
+
+    __slots__ = ("end", "jobs", "positions")
+
+    def __init__(self, end: int, positions: list[int], jobs: list[Job | None]) -> None:
+        self.end = end
+        self.positions = positions
+        self.jobs = jobs
+
+
 class GearmanConnection(asyncio.Protocol):
     """One client or worker connection."""
 
@@ -185,9 +198,11 @@ class GearmanConnection(asyncio.Protocol):
         # Output held until the store commits, so JOB_CREATED means durable. Positions count
         # every entry ever queued on `out`; `sent` is the position of out[0].
         self.sent = 0
-        self.holds: deque[int] = deque()  # end position of each batch awaiting its commit
+        self.holds: deque[_Hold] = deque()  # each batch awaiting its commit
         self.released = 0  # while holding, output before this position may go out
-        self.acks: deque[tuple[int, Job, bool]] = deque()  # JOB_CREATED: position, job, new
+        # JOB_CREATED replies of the current read, which its hold takes over (see `_Hold`)
+        self.ack_positions: list[int] = []
+        self.ack_jobs: list[Job | None] = []
         self.durable = server.engine.store.durable
         # Replies queued so far that may only go out once the store has what they announce.
         self.durable_replies = 0
@@ -256,9 +271,10 @@ class GearmanConnection(asyncio.Protocol):
         """Acknowledge only what is durable: hold the output queued so far until commit."""
         if not self.holds:
             self.released = self.sent
-        end = self.sent + len(self.out)
-        self.holds.append(end)
-        self.engine.store.after_commit(lambda ok: self._release(end, ok))
+        hold = _Hold(self.sent + len(self.out), self.ack_positions, self.ack_jobs)
+        self.ack_positions, self.ack_jobs = [], []
+        self.holds.append(hold)
+        self.engine.store.after_commit(lambda ok: self._release(hold, ok))
 
     def _run_hot(self, data: bytes) -> int:
         """Handle the complete packets at the front of `data`; return the bytes consumed.
@@ -349,20 +365,17 @@ class GearmanConnection(asyncio.Protocol):
                     self.close_after_flush()
                     break
 
-    def _release(self, end: int, ok: bool) -> None:
-        """The batch that ended at `end` is durable, or (not ok) its commit failed."""
+    def _release(self, hold: _Hold, ok: bool) -> None:
+        """The batch `hold` holds is durable, or (not ok) its commit failed."""
         self.holds.popleft()  # commits finish in order
-        self.released = end
-        acks = self.acks
-        while acks and acks[0][0] < end:
-            position, job, created = acks.popleft()
-            if ok:
-                continue
-            # The client must not believe the job was accepted, and it must not run.
-            if position >= self.sent:
-                self.out[position - self.sent] = NOT_STORED
-            if created and not job.state.terminal:
-                self.engine.cancel(job)
+        self.released = hold.end
+        if not ok:
+            # The clients must not believe the jobs were accepted, and they must not run.
+            for position, job in zip(hold.positions, hold.jobs, strict=True):
+                if position >= self.sent:
+                    self.out[position - self.sent] = NOT_STORED
+                if job is not None and not job.state.terminal:
+                    self.engine.cancel(job)
         self.flush()
 
     def pause_writing(self) -> None:
@@ -438,13 +451,6 @@ class GearmanConnection(asyncio.Protocol):
         else:
             del out[:count]
         self.sent += count
-        # Forget acks that went out (or were dropped), not those still held: after a lost
-        # connection a failed commit must still cancel the jobs they stand for.
-        acks = self.acks
-        if acks:
-            limit = self.released if self.holds else self.sent
-            while acks and acks[0][0] < limit:
-                acks.popleft()
         if transport is None:
             return
         if self.closing and not self.holds:
@@ -610,7 +616,8 @@ class GearmanConnection(asyncio.Protocol):
         if not background:
             self.waiting[job] = None
         elif self.durable:
-            self.acks.append((self.sent + len(self.out), job, created))
+            self.ack_positions.append(self.sent + len(self.out))
+            self.ack_jobs.append(job if created else None)
             self.durable_replies += 1
         handle = job.id.encode()
         size = len(handle)

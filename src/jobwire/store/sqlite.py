@@ -2,8 +2,8 @@
 
 The engine calls `job_saved` / `job_removed` on the event loop thread. They only note the
 job in the current batch (the latest change per job wins), and the first write of a loop
-turn schedules a hand-off. The hand-off turns the batch into rows, still on the loop thread
-where jobs may be read safely, and appends them as one frame to the redo log
+turn schedules a hand-off. The hand-off encodes the batch (`jobwire.store.frames`), still on
+the loop thread where jobs may be read safely, and appends it as one frame to the redo log
 (`jobwire.store.redolog`), which a syncer process fsyncs. When that is done (or has
 failed) the loop thread learns of it and calls the `after_commit` callbacks registered for
 that batch and earlier ones, with `ok` telling whether it reached the disk.
@@ -36,7 +36,6 @@ import contextlib
 import fcntl
 import functools
 import logging
-import marshal
 import os
 import sqlite3
 import subprocess
@@ -46,10 +45,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from jobwire.engine.job import Job
-from jobwire.store.base import StoredJob, encode_ext
+from jobwire.store import frames
+from jobwire.store.base import StoredJob
+from jobwire.store.frames import FULL_WIDTH, PLAIN_WIDTH, Changes, KVChanges
 from jobwire.store.redolog import RedoLog, read_frames
 
 log = logging.getLogger("jobwire.store")
@@ -116,13 +117,11 @@ _CHECKPOINT_SAVE = ("DELETE FROM checkpoint", "INSERT INTO checkpoint (generatio
 #: Rows per statement: a checkpoint of many rows runs few statements (each one prepared
 #: once and cached), and needs a handful of shapes only.
 _STATEMENT_SIZES = (256, 32, 4, 1)
-_FULL_WIDTH = 14  # values per row
-_PLAIN_WIDTH = 9
 
 
 @functools.cache
 def _upsert(rows: int, width: int) -> str:
-    columns = _FULL_COLUMNS if width == _FULL_WIDTH else _PLAIN_COLUMNS
+    columns = _FULL_COLUMNS if width == FULL_WIDTH else _PLAIN_COLUMNS
     row = f"({', '.join(['?'] * width)})"
     return f"INSERT OR REPLACE INTO jobs ({columns}) VALUES {', '.join([row] * rows)}"
 
@@ -153,12 +152,7 @@ def _runs(items: list[T], sizes: tuple[int, ...]) -> Iterator[tuple[int, list[T]
             left -= size
 
 
-Row = tuple[Any, ...]
 Callback = Callable[[bool], None]
-#: What a batch changes: job row key -> its row to insert or replace, or None to delete it.
-Changes = dict[int, Row | None]
-#: Key-value changes of a batch: (namespace, key) -> value, or None to delete it.
-KVChanges = dict[tuple[str, str], bytes | None]
 T = TypeVar("T")
 
 #: While commits keep failing, repeat the same error in the log at most this often (seconds).
@@ -167,52 +161,6 @@ _LOG_EVERY = 10.0
 
 class StoreError(Exception):
     """The store cannot be opened (unwritable path, corrupt file, used by another server)."""
-
-
-def _row(job: Job) -> Row:
-    if (
-        job.unique is None
-        and job.max_attempts is None
-        and job.run_at is None
-        and job.reducer is None
-        and job.ext is None
-    ):
-        return (
-            job.row,
-            job.id,
-            job.function,
-            job.queue,
-            job.payload,
-            job.priority,
-            int(job.state),
-            job.attempts,
-            job.created_at,
-        )
-    return (
-        job.row,
-        job.id,
-        job.function,
-        job.queue,
-        job.unique,
-        job.payload,
-        job.priority,
-        int(job.state),
-        job.attempts,
-        job.max_attempts,
-        job.run_at,
-        job.created_at,
-        job.reducer,
-        None if job.ext is None else _ext(job),
-    )
-
-
-def _ext(job: Job) -> bytes | None:
-    # Serializing runs in a loop callback: raising there would lose the whole batch.
-    try:
-        return encode_ext(job.ext or {})
-    except (TypeError, ValueError) as exc:
-        log.error("job %s stored without its protocol attributes: %s", job.id, exc)
-        return None
 
 
 def lock(path: Path) -> int:
@@ -311,21 +259,21 @@ def apply_log(conn: sqlite3.Connection, path: Path, through: int | None = None) 
     if newer:
         changes: Changes = {}
         kv: KVChanges = {}
-        frames = 0
+        applied = 0
         for generation in newer:
             log_path = redo.path(generation)
             try:
                 for body in read_frames(log_path):
-                    batch_changes, batch_kv = _decode(body)
+                    batch_changes, batch_kv = frames.decode(body)
                     changes.update(batch_changes)  # in order: the latest change wins
                     kv.update(batch_kv)
-                    frames += 1
+                    applied += 1
             except (OSError, ValueError, EOFError, TypeError) as exc:
                 raise StoreError(f"cannot read the redo log {log_path}: {exc}") from exc
         error = write_rows(conn, changes, kv, newer[-1])
         if error is not None:
             raise StoreError(f"cannot apply the redo log to {path}: {error}")
-        log.info("store %s: %d batch(es) of the redo log applied", path, frames)
+        log.info("store %s: %d batch(es) of the redo log applied", path, applied)
     last = max([checkpointed, *generations])
     try:
         redo.remove_through(last)
@@ -340,14 +288,14 @@ def write_rows(
     """One transaction: the changes, and the log generation they complete; the error."""
     # SQLite before 3.32 allows 999 parameters per statement, later ones 32766.
     limit = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-    sizes = tuple(size for size in _STATEMENT_SIZES if size * _FULL_WIDTH <= limit)
+    sizes = tuple(size for size in _STATEMENT_SIZES if size * FULL_WIDTH <= limit)
     upserts = [row for row in changes.values() if row is not None]
     deletes = [key for key, row in changes.items() if row is None]
-    plain = [row for row in upserts if len(row) == _PLAIN_WIDTH]
-    full = [row for row in upserts if len(row) == _FULL_WIDTH] if len(plain) < len(upserts) else []
+    plain = [row for row in upserts if len(row) == PLAIN_WIDTH]
+    full = [row for row in upserts if len(row) == FULL_WIDTH] if len(plain) < len(upserts) else []
     try:
         conn.execute("BEGIN IMMEDIATE")
-        for width, rows_of_width in ((_PLAIN_WIDTH, plain), (_FULL_WIDTH, full)):
+        for width, rows_of_width in ((PLAIN_WIDTH, plain), (FULL_WIDTH, full)):
             for size, rows in _runs(rows_of_width, sizes):
                 conn.execute(_upsert(size, width), [value for row in rows for value in row])
         for size, ids in _runs(deletes, sizes):
@@ -487,13 +435,12 @@ class SQLiteStore:
         self._hand_off()
 
     def _hand_off(self) -> None:
-        """Turn the batch into rows here, on the loop thread that owns the jobs."""
+        """Encode the batch here, on the loop thread that owns the jobs."""
         batch, kv = self._batch, self._kv
         if not (batch or kv) or self._closed:
             return
         self._batch, self._kv = {}, {}
-        changes: Changes = {key: None if job is None else _row(job) for key, job in batch.items()}
-        body = _encode(changes, kv)
+        body = frames.encode(batch, kv)
         self._handed += 1
         if kv:
             self._kv_written.update(kv)
@@ -639,24 +586,3 @@ def _child_env() -> dict[str, str]:
     package_root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     return env
-
-
-def _encode(changes: Changes, kv: KVChanges) -> bytes:
-    # marshal: the standard library's fastest codec for exactly these types (ints, floats,
-    # str, bytes, None, tuples, dicts); the frame's checksum guards what it reads back.
-    return marshal.dumps((changes, kv), _MARSHAL_VERSION)
-
-
-def _decode(body: bytes) -> tuple[Changes, KVChanges]:
-    value = marshal.loads(body)
-    if not (
-        isinstance(value, tuple)
-        and len(value) == 2
-        and all(isinstance(part, dict) for part in value)
-    ):
-        raise ValueError("not a batch of changes")
-    changes, kv = value
-    return changes, kv
-
-
-_MARSHAL_VERSION = 4
