@@ -535,6 +535,36 @@ def test_checkpoints_move_the_log_into_sqlite_and_remove_it(tmp_path: Path) -> N
     assert redo_files(path) == []
 
 
+def test_a_file_started_early_for_its_zeros_is_checkpointed_with_the_next_checkpoint(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "jobs.db"
+    # Log files get 1 MiB and 64 KiB of zeros: three of these jobs fill one, four pass
+    # the checkpoint limit.
+    store = SQLiteStore(path, checkpoint_bytes=1 << 20)
+    jobs = [make_job(number, payload=bytes(300_000)) for number in range(1, 9)]
+    generations = []
+
+    async def main() -> None:
+        for job in jobs:
+            spare = store._log._spare
+            if spare is not None:
+                await asyncio.to_thread(spare.join)  # the next zero-filled file is ready
+            store.job_saved(job)
+            assert await committed(store)
+            generations.append(store._generation)
+            while store._checkpoint is not None:
+                await asyncio.sleep(0.01)
+
+    run(main)
+    # Switched for zeros after the third job, for the checkpoint after the fourth.
+    assert generations[:5] == [1, 1, 2, 3, 3]
+    assert store.checkpoints >= 1
+    assert set(redo_files(path)) <= {f"jobs.db-redo-{store._generation}"}
+    crash(store)
+    assert [row.id for row in loaded(path)] == [job.id for job in jobs]
+
+
 def test_a_job_saved_and_removed_between_checkpoints_never_reaches_sqlite(
     tmp_path: Path,
 ) -> None:
@@ -607,9 +637,12 @@ def test_a_torn_frame_at_the_end_of_the_log_is_ignored(tmp_path: Path) -> None:
     run(main)
     crash(store)
     log_file = path.parent / "jobs.db-redo-1"
-    whole = log_file.read_bytes()
-    # A crash in the middle of the next write: half a frame (it was never acknowledged).
-    log_file.write_bytes(whole + redolog.frame(b"x" * 100)[:60])
+    end = sum(len(redolog.frame(body)) for body in redolog.read_frames(log_file))
+    # A crash in the middle of the next write: half a frame (it was never acknowledged),
+    # over the zeros that followed the last frame.
+    with log_file.open("r+b") as file:
+        file.seek(end)
+        file.write(redolog.frame(b"x" * 100)[:60])
     assert [row.id for row in loaded(path)] == ["H:test:1"]
 
 

@@ -12,12 +12,20 @@ Files: `<db>-redo-<generation>`, one per generation. The store starts a new gene
 when it checkpoints; a checkpoint records in SQLite the last generation it covers, and the
 files up to it are deleted. On open, the frames of later generations are read back.
 
+Zero-filled files: an fdatasync after an append must also commit the file's new size
+through the file system's journal; one after overwriting blocks that are already written
+needs no metadata at all. On this project's test machine that took a sync under load from
+130-145 us to 21-27 us (p50). So, when syncing, a thread zero-fills a spare file
+(`<db>.redo-spare`, `preallocate` bytes, fsynced) ahead of need, and the next generation
+starts as that file, renamed; the store starts one early when the current file has run out
+of zeros (`wants_new_file`). Without a spare ready, a new file is simply appended to.
+
 A frame is `length (u32) | crc32 (u32) | body`. The valid prefix of a file is every frame
-up to the first one that is short or fails its checksum: only a crash during a write leaves
-such a tail, and no frame of it was acknowledged (a frame counts once its sync returned).
-After a failed write or sync the file is cut back to its last good frame, so a frame that
-was reported as failed never comes back at the next start, and a later frame never
-follows garbage.
+up to the first one that is short, fails its checksum or has length 0 (the zeros past the
+last frame): only a crash during a write leaves any other tail, and no frame of it was
+acknowledged (a frame counts once its sync returned). After a failed write or sync the file
+is cut back to its last good frame, so a frame that was reported as failed never comes back
+at the next start, and a later frame never follows garbage.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -58,13 +67,15 @@ def read_frames(path: Path) -> Iterator[bytes]:
     offset, end = 0, len(data)
     while offset + _HEADER.size <= end:
         length, crc = _HEADER.unpack_from(data, offset)
+        if length == 0:  # the zeros of a zero-filled file
+            break
         start = offset + _HEADER.size
         body = data[start : start + length]
         if len(body) < length or zlib.crc32(body) != crc:
             break
         yield body
         offset = start + length
-    if offset < end:
+    if data.count(0, offset) < end - offset:
         log.warning("%s: %d bytes after the last whole frame ignored", path, end - offset)
 
 
@@ -84,11 +95,20 @@ class RedoLog:
     reports every batch, in order, on the loop, never from inside `append`.
     """
 
-    def __init__(self, database: Path, *, sync: bool = True, merge: bool = True) -> None:
+    def __init__(
+        self, database: Path, *, sync: bool = True, merge: bool = True, preallocate: int = 0
+    ) -> None:
         self.directory = database.parent
         self.prefix = f"{database.name}-redo-"
         self.sync = sync  # fsync the log (fsync policy `off`: written, not synced)
         self.merge = merge  # one sync for every batch written meanwhile (`always`: no)
+        # Bytes of zeros each spare file gets; 0: no spares (not worth it without syncs).
+        self.preallocate = preallocate if sync else 0
+        self._spare_path = database.parent / f"{database.name}.redo-spare"
+        self._spare: threading.Thread | None = None  # zero-filling the spare
+        self._spare_ready = False  # set by that thread when it is done
+        self._prepared = 0  # zero-filled bytes of the current file (0: appended to)
+        self._last_frame = 0  # bytes of the latest frame written
         self.syncs = 0  # syncs that succeeded, for tests and benchmarks
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_written: Written | None = None
@@ -133,7 +153,9 @@ class RedoLog:
     def append(self, number: int, body: bytes) -> None:
         """Write batch `number`'s frame; `on_written` will report it."""
         start = self._size
-        error = self._write(frame(body))
+        data = frame(body)
+        self._last_frame = len(data)
+        error = self._write(data)
         self._unreported.append(_Batch(number, self._generation, start, error))
         if error is None and self.sync:
             if not self._asked:
@@ -154,6 +176,46 @@ class RedoLog:
             self._syncer.stop()
             self._syncer = None
         self._close_file()
+        if self._spare is not None:
+            self._spare.join()
+            self._spare = None
+        self._spare_ready = False
+        with contextlib.suppress(OSError):
+            self._spare_path.unlink()
+
+    # ------------------------------------------------------------------ zero-filled files
+
+    def prepare(self) -> None:
+        """Start zero-filling a spare file, unless one is ready or on its way."""
+        if not self.preallocate or self._spare is not None:
+            return
+        self._spare_ready = False
+        self._spare = threading.Thread(
+            target=self._fill_spare, name="jobwire-redo-spare", daemon=True
+        )
+        self._spare.start()
+
+    def _fill_spare(self) -> None:
+        """On a thread of its own, which holds the GIL only between its system calls."""
+        try:
+            fd = os.open(self._spare_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                zeros = bytes(min(self.preallocate, 1 << 20))
+                left = self.preallocate
+                while left > 0:
+                    left -= os.write(fd, zeros if left >= len(zeros) else zeros[:left])
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:  # the log appends to plain files meanwhile
+            log.warning("%s: cannot zero-fill a redo log file: %s", self._spare_path, exc)
+            return
+        self._spare_ready = True
+
+    @property
+    def wants_new_file(self) -> bool:
+        """A spare is ready, and the current file has no zeros left for another frame."""
+        return self._spare_ready and self._size + self._last_frame > self._prepared
 
     def _deliver(self) -> None:
         """Report, from the oldest, the batches that need no sync (failed, or policy off)."""
@@ -224,6 +286,7 @@ class RedoLog:
             if generation == self._generation:
                 if self._fd is not None:
                     os.ftruncate(self._fd, start)
+                    self._prepared = min(self._prepared, start)
                 self._size, self._cut = start, False
             else:
                 os.truncate(self.path(generation), start)
@@ -256,10 +319,14 @@ class RedoLog:
             if self._cut:
                 os.ftruncate(fd, self._size)
                 self._cut = False
+                self._prepared = min(self._prepared, self._size)
             self._cut = True  # until the write below is known to be whole
             written = os.pwrite(fd, data, self._size)
-            if written != len(data):
-                raise OSError(f"short write ({written} of {len(data)} bytes)")
+            while written < len(data):  # the rest again: it fails with the reason, if any
+                more = os.pwrite(fd, data[written:], self._size + written)
+                if not more:
+                    raise OSError(f"short write ({written} of {len(data)} bytes)")
+                written += more
         except OSError as exc:
             return f"{type(exc).__name__}: {exc}"
         self._cut = False
@@ -267,9 +334,23 @@ class RedoLog:
         return None
 
     def _open(self) -> int:
-        # The syncer syncs the directory too before the file's first frame counts.
-        fd = os.open(self.path(self._generation), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        self._fd, self._size, self._cut = fd, 0, False
+        # The syncer syncs the directory too before the file's first frame counts, and with
+        # it the spare's new name.
+        path = self.path(self._generation)
+        if self._spare_ready:
+            try:
+                os.replace(self._spare_path, path)
+                fd = os.open(path, os.O_WRONLY)
+            except OSError as exc:
+                log.warning("%s: cannot use the zero-filled redo log file: %s", path, exc)
+            else:
+                self._fd, self._size, self._cut = fd, 0, False
+                self._prepared = self.preallocate
+                self._spare, self._spare_ready = None, False
+                self.prepare()  # for the next generation
+                return fd
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._fd, self._size, self._cut, self._prepared = fd, 0, False, 0
         return fd
 
     def _close_file(self) -> None:

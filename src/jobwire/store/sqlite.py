@@ -344,7 +344,13 @@ class SQLiteStore:
         except BaseException:
             os.close(self._lock)
             raise
-        self._log = RedoLog(path, sync=fsync != "off", merge=fsync != "always")
+        self._log = RedoLog(
+            path,
+            sync=fsync != "off",
+            merge=fsync != "always",
+            preallocate=min(max(checkpoint_bytes + checkpoint_bytes // 16, 1 << 20), 64 << 20),
+        )
+        self._log.prepare()
         # The current loop turn's changes: row key -> job to save, or None: remove.
         self._batch: dict[int, Job | None] = {}
         self._kv: KVChanges = {}  # key-value writes of the current batch
@@ -355,6 +361,7 @@ class SQLiteStore:
         self._waiters: deque[tuple[int, Callback]] = deque()  # (batch number, callback)
         self._log_bytes = 0  # frame bytes handed to the current generation
         self._rotated_after: int | None = None  # last batch of the generation to checkpoint
+        self._checkpoint_through = 0  # the last generation the next checkpoint applies
         self._checkpoint: subprocess.Popen[bytes] | None = None
         self._failures = 0
         self._logged_at = 0.0
@@ -452,6 +459,9 @@ class SQLiteStore:
             and self._checkpoint is None  # one at a time
         ):
             self._rotate()
+        elif self._log.wants_new_file:
+            self._generation += 1  # a new file, checkpointed with the next checkpoint's
+            self._log.rotate(self._generation)
 
     def _written(self, number: int, error: str | None) -> None:
         """On the loop: batches up to `number` are in the log (error None) or failed."""
@@ -479,6 +489,7 @@ class SQLiteStore:
     def _rotate(self) -> None:
         """Start a new log generation; checkpoint the old one once its writes are done."""
         self._rotated_after = self._handed
+        self._checkpoint_through = self._generation
         self._generation += 1
         self._log_bytes = 0
         self._log.rotate(self._generation)
@@ -486,9 +497,10 @@ class SQLiteStore:
             self._start_checkpoint()
 
     def _start_checkpoint(self) -> None:
-        """Every batch of the old generation is written: a process applies it to SQLite."""
+        """Every batch of the old generations is written: a process applies them to
+        SQLite."""
         self._rotated_after = None
-        generation = self._generation - 1
+        generation = self._checkpoint_through
         command = [sys.executable, "-m", "jobwire.store.checkpoint", str(self.path)]
         command += [str(generation), self.fsync, str(self.checkpoint_timeout), str(os.getpid())]
         try:

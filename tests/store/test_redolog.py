@@ -1,0 +1,85 @@
+"""The redo log's files: frames read back, zero-filled files made ahead and used."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+
+from jobwire.store.redolog import RedoLog, frame, read_frames
+
+
+def test_the_zeros_after_the_last_frame_end_the_log_quietly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "jobs.db-redo-1"
+    path.write_bytes(frame(b"one") + frame(b"two") + bytes(4096))
+    with caplog.at_level(logging.WARNING):
+        assert list(read_frames(path)) == [b"one", b"two"]
+    assert caplog.records == []
+
+
+def test_bytes_after_the_last_frame_that_are_not_zeros_are_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "jobs.db-redo-1"
+    path.write_bytes(frame(b"one") + frame(b"two")[:9] + bytes(100))
+    with caplog.at_level(logging.WARNING):
+        assert list(read_frames(path)) == [b"one"]
+    assert "bytes after the last whole frame ignored" in caplog.text
+
+
+def write_frames(redo: RedoLog, bodies: list[bytes]) -> list[tuple[int, str | None]]:
+    """Append each body as a batch of its own, the file switched whenever the log asks;
+    what the log reported."""
+    reports: list[tuple[int, str | None]] = []
+
+    async def main() -> None:
+        redo.start(1, lambda number, error: reports.append((number, error)))
+        for number, body in enumerate(bodies, start=1):
+            if redo._spare is not None:
+                await asyncio.to_thread(redo._spare.join)  # the spare is ready
+            if redo.wants_new_file:
+                redo.rotate(redo._generation + 1)
+            redo.append(number, body)
+        while not reports or reports[-1][0] < len(bodies):
+            await asyncio.sleep(0.001)
+
+    asyncio.run(main())
+    redo.stop()
+    return reports
+
+
+def test_each_file_starts_zero_filled_and_the_next_one_when_its_zeros_run_out(
+    tmp_path: Path,
+) -> None:
+    redo = RedoLog(tmp_path / "jobs.db", preallocate=10_000)
+    redo.prepare()
+    bodies = [bytes([number]) * 3000 for number in range(1, 8)]
+    reports = write_frames(redo, bodies)
+    assert reports[-1] == (7, None)
+    assert redo.generations() == [1, 2, 3]  # three frames fit in 10,000 bytes
+    for generation in redo.generations():
+        assert redo.path(generation).stat().st_size == 10_000  # written over, not grown
+    read = [body for g in redo.generations() for body in read_frames(redo.path(g))]
+    assert read == bodies
+    assert not (tmp_path / "jobs.db.redo-spare").exists()  # stop() removed the next spare
+
+
+def test_without_a_spare_ready_the_log_appends_to_a_plain_file(tmp_path: Path) -> None:
+    redo = RedoLog(tmp_path / "jobs.db", preallocate=10_000)  # prepare() never called
+    bodies = [b"a" * 3000, b"b" * 3000, b"c" * 3000, b"d" * 3000]
+    assert write_frames(redo, bodies)[-1] == (4, None)
+    assert redo.generations() == [1]
+    assert redo.path(1).stat().st_size == sum(len(frame(body)) for body in bodies)
+    assert list(read_frames(redo.path(1))) == bodies
+
+
+def test_a_spare_left_by_a_crash_is_filled_again(tmp_path: Path) -> None:
+    (tmp_path / "jobs.db.redo-spare").write_bytes(frame(b"left over") * 10)
+    redo = RedoLog(tmp_path / "jobs.db", preallocate=10_000)
+    redo.prepare()
+    assert write_frames(redo, [b"new"])[-1] == (1, None)
+    assert list(read_frames(redo.path(1))) == [b"new"]
