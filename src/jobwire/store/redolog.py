@@ -285,8 +285,7 @@ class RedoLog:
         try:
             if generation == self._generation:
                 if self._fd is not None:
-                    os.ftruncate(self._fd, start)
-                    self._prepared = min(self._prepared, start)
+                    self._truncate(self._fd, start)
                 self._size, self._cut = start, False
             else:
                 os.truncate(self.path(generation), start)
@@ -317,9 +316,8 @@ class RedoLog:
             if fd is None:
                 fd = self._open()
             if self._cut:
-                os.ftruncate(fd, self._size)
+                self._truncate(fd, self._size)
                 self._cut = False
-                self._prepared = min(self._prepared, self._size)
             self._cut = True  # until the write below is known to be whole
             written = os.pwrite(fd, data, self._size)
             while written < len(data):  # the rest again: it fails with the reason, if any
@@ -332,6 +330,11 @@ class RedoLog:
         self._cut = False
         self._size += len(data)
         return None
+
+    def _truncate(self, fd: int, size: int) -> None:
+        """Cut the current file at `size`; the zeros past it go too."""
+        os.ftruncate(fd, size)
+        self._prepared = min(self._prepared, size)
 
     def _open(self) -> int:
         # The syncer syncs the directory too before the file's first frame counts, and with

@@ -159,6 +159,13 @@ T = TypeVar("T")
 _LOG_EVERY = 10.0
 
 
+def _log_file_bytes(checkpoint_bytes: int) -> int:
+    """The zeros each redo log file starts with: room for a checkpoint's worth of frames
+    and some over (a checkpoint may still be running when the limit is reached), at least
+    1 MiB, at most 64 MiB of disk ahead of need."""
+    return min(max(checkpoint_bytes + checkpoint_bytes // 16, 1 << 20), 64 << 20)
+
+
 class StoreError(Exception):
     """The store cannot be opened (unwritable path, corrupt file, used by another server)."""
 
@@ -348,7 +355,7 @@ class SQLiteStore:
             path,
             sync=fsync != "off",
             merge=fsync != "always",
-            preallocate=min(max(checkpoint_bytes + checkpoint_bytes // 16, 1 << 20), 64 << 20),
+            preallocate=_log_file_bytes(checkpoint_bytes),
         )
         self._log.prepare()
         # The current loop turn's changes: row key -> job to save, or None: remove.
@@ -460,8 +467,7 @@ class SQLiteStore:
         ):
             self._rotate()
         elif self._log.wants_new_file:
-            self._generation += 1  # a new file, checkpointed with the next checkpoint's
-            self._log.rotate(self._generation)
+            self._next_log_file()  # checkpointed with the next checkpoint's files
 
     def _written(self, number: int, error: str | None) -> None:
         """On the loop: batches up to `number` are in the log (error None) or failed."""
@@ -490,11 +496,14 @@ class SQLiteStore:
         """Start a new log generation; checkpoint the old one once its writes are done."""
         self._rotated_after = self._handed
         self._checkpoint_through = self._generation
-        self._generation += 1
         self._log_bytes = 0
-        self._log.rotate(self._generation)
+        self._next_log_file()
         if self._done >= self._handed:
             self._start_checkpoint()
+
+    def _next_log_file(self) -> None:
+        self._generation += 1
+        self._log.rotate(self._generation)
 
     def _start_checkpoint(self) -> None:
         """Every batch of the old generations is written: a process applies them to
