@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import marshal
+import struct
 from typing import Any
 
 import pytest
@@ -89,14 +90,94 @@ def test_decode_reads_back_every_change_encode_wrote(
     assert kv_read == kv
 
 
-def test_a_run_of_submitted_jobs_is_stored_once() -> None:
-    batch: dict[int, Job | None] = {}
-    for key in range(1, 101):
-        job = Job(f"H:host:{key}", "reverse", b"payload", created_at=1000.0 + key)
-        job.row = key
-        batch[key] = job
-    body = marshal.loads(frames.encode(batch, {}))
-    assert body[1] == [(1, 100, "reverse", "reverse", 0, int(JobState.AVAILABLE), 0)]
+def engine_job(number: int, function: str = "reverse", prefix: str = "H:host:") -> Job:
+    """A job as the engine submits it: its id numbered, its row given on first save."""
+    job = Job(f"{prefix}{number}", function, b"payload %d" % number, created_at=1000.0 + number)
+    job.number = number
+    job.row = number
+    return job
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_the_latest_record_of_each_job_wins_however_saves_interleave(data: st.DataObject) -> None:
+    """New jobs go into columns at once, later changes by key: whatever the order, reading
+    the frame back gives each job's state at the end of the batch."""
+    frame = frames.FrameBuilder()
+    latest: dict[int, Job | None] = {}
+    jobs_made: list[Job] = []
+    key = 0
+    for _ in range(data.draw(st.integers(0, 40))):
+        action = data.draw(st.sampled_from(["new", "new", "new", "change", "remove"]))
+        if action == "new" or not jobs_made:
+            key += data.draw(st.sampled_from([1, 1, 1, 2]))
+            if data.draw(st.booleans()):
+                job = engine_job(key, data.draw(few_texts))
+            else:
+                job = data.draw(jobs(key))
+            frame.created(key, job)
+            jobs_made.append(job)
+            latest[key] = job
+        else:
+            job = data.draw(st.sampled_from(jobs_made))
+            if action == "remove":
+                frame.removed(job.row)
+                latest[job.row] = None
+            elif latest[job.row] is not None:  # a removed job is not saved again
+                job.state = data.draw(st.sampled_from(list(JobState)))
+                job.attempts += data.draw(st.integers(0, 2))
+                if data.draw(st.integers(0, 5)) == 0:
+                    job.ext = {"a": 1}
+                frame.changed(job.row, job)
+    # Every change above was saved, so the frame must give each job's state as it is now.
+    changes, _ = frames.decode(frame.finish({}))
+    assert changes == expected(latest)
+
+
+def test_a_run_of_submitted_jobs_is_stored_once_without_their_ids() -> None:
+    frame = frames.FrameBuilder()
+    for number in range(1, 101):
+        frame.created(number, engine_job(number))
+    body = marshal.loads(frame.finish({}))
+    assert body[1] == [(1, 100, "reverse", "reverse", 0, int(JobState.AVAILABLE), 0, 1, "H:host:")]
+    assert body[3] == []  # no ids: the run's prefix and first number make them
+    changes, _ = frames.decode(marshal.dumps(body, 2))
+    assert changes[57] is not None and changes[57][1] == "H:host:57"
+
+
+def test_ids_the_engine_did_not_number_are_stored_whole() -> None:
+    frame = frames.FrameBuilder()
+    job = engine_job(7)
+    job.number = 0  # a client's id
+    frame.created(7, job)
+    liar = engine_job(8)
+    liar.number = 9  # an id that does not end with its number is stored whole too
+    frame.created(8, liar)
+    changes, _ = frames.decode(frame.finish({}))
+    assert [row[1] for row in changes.values() if row is not None] == ["H:host:7", "H:host:8"]
+
+
+def test_frames_of_the_earlier_column_format_still_decode() -> None:
+    """Written by the release before: every id in a column, lengths packed beside."""
+    body = (
+        2,
+        [(5, 2, "f", "q", 1, 3, 0)],
+        struct.pack("<4q", 3, 1, 4, 2),
+        struct.pack("<2d", 1.5, 2.5),
+        "abcdefg",
+        b"xyz",
+        {9: (9, "id9", "g", "g", None, b"p", 0, 3, 0, 2, None, 3.5, None, None)},
+        struct.pack("<q", 11),
+        {("cron", "k"): b"v"},
+    )
+    changes, kv = frames.decode(marshal.dumps(body, 4))
+    assert changes == {
+        5: (5, "abc", "f", "q", b"x", 1, 3, 0, 1.5),
+        6: (6, "defg", "f", "q", b"yz", 1, 3, 0, 2.5),
+        9: (9, "id9", "g", "g", None, b"p", 0, 3, 0, 2, None, 3.5, None, None),
+        11: None,
+    }
+    assert kv == {("cron", "k"): b"v"}
 
 
 def test_frames_of_the_format_before_columns_still_decode() -> None:
@@ -107,34 +188,32 @@ def test_frames_of_the_format_before_columns_still_decode() -> None:
 
 
 def valid_body() -> bytes:
-    job = Job("H:host:1", "reverse", b"payload", created_at=1.0)
-    job.row = 1
-    return frames.encode({1: job}, {})
+    frame = frames.FrameBuilder()
+    frame.created(1, engine_job(1))
+    client_job = engine_job(2)
+    client_job.number = 0
+    frame.created(2, client_job)
+    return frame.finish({})
+
+
+RUN = (1, 2, "f", "f", 0, 0, 0, 0, "")
+NUMBERED_RUN = (1, 2, "f", "f", 0, 0, 0, 1, "H:")
 
 
 @pytest.mark.parametrize(
     "value",
     [
         "not a tuple",
-        (frames.FORMAT, [], b"", b""),  # too short
-        (3, [], b"", b"", "", b"", {}, b"", {}),  # a format this code does not know
-        # a run of two jobs with the columns of one
-        (frames.FORMAT, [(1, 2, "f", "f", 0, 0, 0)], b"\0" * 16, b"\0" * 8, "", b"", {}, b"", {}),
-        # lengths past the end of the ids
-        (
-            frames.FORMAT,
-            [(1, 1, "f", "f", 0, 0, 0)],
-            b"\5" + b"\0" * 15,
-            b"\0" * 8,
-            "",
-            b"",
-            {},
-            b"",
-            {},
-        ),
-        # columns for a job no run stands for
-        (frames.FORMAT, [], b"\0" * 16, b"\0" * 8, "", b"", {}, b"", {}),
-        (frames.FORMAT, [], b"", b"", "", b"", {}, b"\0" * 3, {}),  # a key cut short
+        (frames.FORMAT, [], b"", [], []),  # too short
+        (4, [], b"", [], [], {}, b"", {}),  # a format this code does not know
+        (frames.FORMAT, [RUN], b"\0" * 8, ["a"], [b"p"], {}, b"", {}),  # a run of two, one job
+        (frames.FORMAT, [RUN], b"\0" * 16, ["a"], [b"p", b"q"], {}, b"", {}),  # one id short
+        (frames.FORMAT, [NUMBERED_RUN], b"\0" * 16, ["a"], [b"p", b"q"], {}, b"", {}),  # an id over
+        (frames.FORMAT, [], b"\0" * 8, [], [], {}, b"", {}),  # a time no run stands for
+        (frames.FORMAT, [], b"", [], [b"p"], {}, b"", {}),  # a payload no run stands for
+        (frames.FORMAT, [], b"", [], [], {}, b"\0" * 3, {}),  # a key cut short
+        (2, [(1, 2, "f", "f", 0, 0, 0)], b"\0" * 16, b"\0" * 8, "", b"", {}, b"", {}),
+        (2, [(1, 1, "f", "f", 0, 0, 0)], b"\5" + b"\0" * 15, b"\0" * 8, "", b"", {}, b"", {}),
     ],
 )
 def test_a_body_that_is_no_batch_is_refused(value: Any) -> None:

@@ -1,27 +1,32 @@
 """What one redo log frame holds: a batch of job changes, encoded by columns.
 
-The hand-off encodes every batch on the event loop thread, so the encoding is built for
-the common case, a plain job (no unique id, attempt limit, run time, reducer or protocol
-attributes) among others like it. Consecutive plain jobs that share their function,
-queue, priority, state and attempts, with consecutive row keys (the jobs a client just
-submitted), form a run that is stored once; what differs per job goes into columns that
-one C call each turns into bytes (`struct.pack`, `str.join`, `bytes.join`). The codec
-that came before, a row tuple per job that `marshal` then walked object by object, cost
-several times as much per job. Other jobs keep a full row tuple. Reading a frame back (at
-start and in checkpoints, off the loop) rebuilds the rows SQLite is given.
+The store builds each batch's frame on the event loop thread, as the engine tells it of
+changes, so the encoding is built for the common case, a plain job (no unique id, attempt
+limit, run time, reducer or protocol attributes) among others like it. A new job is added
+to the frame's columns when it is saved (`FrameBuilder.created`), while the loop has it at
+hand; consecutive plain jobs that share their function, queue, priority, state and
+attempts, with consecutive row keys (the jobs a client just submitted), form a run that is
+stored once. When the engine numbered their ids (`PREFIX:N`) with consecutive numbers, the
+run stores the prefix and the first number instead of the ids. Later changes of jobs are
+kept by key and encoded when the frame is finished, after the new jobs, so the latest
+record of a job wins when the frame is read back (at start and in checkpoints, off the
+loop), which rebuilds the rows SQLite is given.
 
-Body: `marshal` of `(FORMAT, runs, lengths, created, ids, payloads, full, deleted, kv)`,
-the number columns little-endian:
+Body: `marshal` (version 2, which keeps no table of shared objects, the cost of the
+version 4 encoding when every payload is also referenced by its job) of
+`(FORMAT, runs, created, ids, payloads, full, deleted, kv)`:
 
-- `runs`: `(first row key, jobs, function, queue, priority, state, attempts)` per run
-- `lengths` (int64 pairs) per plain job: id length, payload length
-- `created` (float64) per plain job: created_at
-- `ids`, `payloads`: the plain jobs' ids and payloads, concatenated
+- `runs`: `(first row key, jobs, function, queue, priority, state, attempts, first
+  number, id prefix)` per run; first number 0: the ids are in `ids`
+- `created` (float64, little-endian) per job of the runs: created_at
+- `ids`: the ids of the jobs of runs without numbers
+- `payloads`: per job of the runs
 - `full`: row key -> full row, for the other jobs
-- `deleted` (int64): row keys of removed jobs
+- `deleted` (int64, little-endian): row keys of removed jobs
 - `kv`: key-value changes, (namespace, key) -> value or None
 
-Frames written before this format (`marshal` of `(changes, kv)`) still decode.
+Frames of the two formats before this one (columns with ids, and `marshal` of
+`(changes, kv)`) still decode.
 """
 
 from __future__ import annotations
@@ -42,13 +47,14 @@ Changes = dict[int, Row | None]
 #: Key-value changes of a batch: (namespace, key) -> value, or None to delete it.
 KVChanges = dict[tuple[str, str], bytes | None]
 
-FORMAT: Final = 2  # the first element of a columns body; the older body began with a dict
+FORMAT: Final = 3  # the first element of a body; the oldest body began with a dict
+_FORMAT_IDS: Final = 2  # columns with every id (decoded, no longer written)
 PLAIN_WIDTH: Final = 9  # values in a plain job's row
 FULL_WIDTH: Final = 14  # values in a full row
-_MARSHAL_VERSION: Final = 4
+_MARSHAL_VERSION: Final = 2
 _LENGTHS, _CREATED, _DELETED = (struct.Struct(f"<{c}") for c in ("qq", "d", "q"))
 #: A run's fields (see the module's docstring).
-Run = tuple[int, int, str, str, int, int, int]
+Run = tuple[int, int, str, str, int, int, int, int, str]
 
 
 def is_plain(job: Job) -> bool:
@@ -90,61 +96,133 @@ def _ext(job: Job) -> bytes | None:
         return None
 
 
+def _prefix(job_id: str, number: int) -> str | None:
+    """The id's part before its number, or None if the id does not end with `number`."""
+    digits = str(number)
+    return job_id[: -len(digits)] if job_id.endswith(digits) else None
+
+
+class FrameBuilder:
+    """One batch's frame, built as the store is told of its changes; `finish` encodes it.
+
+    The engine numbers every id it makes from one prefix (`Engine.next_handle`; replayed
+    jobs keep a number only when their id has that prefix), so a run of jobs with
+    consecutive numbers needs only the first job's id.
+    """
+
+    def __init__(self) -> None:
+        self.runs: list[Run] = []
+        self.created_at: list[float] = []
+        self.ids: list[str] = []
+        self.payloads: list[bytes] = []
+        #: Jobs changed after they were first saved, and jobs that are not plain, by row
+        #: key (None: removed), encoded with their latest state by `finish`.
+        self.changes: dict[int, Job | None] = {}
+        # The run being built: its first key and size, what it takes next, what its jobs share.
+        self._first = self._count = self._next_key = self._next_number = 0
+        self._function = self._queue = self._prefix = ""
+        self._priority = self._attempts = self._first_number = 0
+        self._state = JobState.AVAILABLE
+
+    @property
+    def empty(self) -> bool:
+        return not (self._count or self.runs or self.changes)
+
+    def created(self, key: int, job: Job) -> None:
+        """A new job, saved for the first time under row key `key`."""
+        if is_plain(job):
+            self._add(key, job)
+        else:
+            self.changes[key] = job
+
+    def changed(self, key: int, job: Job) -> None:
+        self.changes[key] = job
+
+    def removed(self, key: int) -> None:
+        self.changes[key] = None
+
+    def _add(self, key: int, job: Job) -> None:
+        """Add a plain job to the current run, or start a run with it."""
+        number = job.number
+        if (
+            not self._count
+            or key != self._next_key
+            or number != self._next_number
+            or job.function is not self._function
+            or job.queue is not self._queue
+            or job.priority != self._priority
+            or job.state is not self._state
+            or job.attempts != self._attempts
+        ):
+            self._end_run()
+            prefix = _prefix(job.id, number) if number else None
+            if prefix is None:
+                number = 0  # its id goes into `ids`, as a client's would
+            self._first, self._first_number, self._prefix = key, number, prefix or ""
+            self._function, self._queue = job.function, job.queue
+            self._priority, self._state, self._attempts = job.priority, job.state, job.attempts
+        self._count += 1
+        self._next_key = key + 1
+        if number:
+            self._next_number = number + 1
+        else:
+            self._next_number = 0
+            self.ids.append(job.id)
+        self.payloads.append(job.payload)
+        self.created_at.append(job.created_at)
+
+    def _end_run(self) -> None:
+        if self._count:
+            self.runs.append(
+                (
+                    self._first,
+                    self._count,
+                    self._function,
+                    self._queue,
+                    self._priority,
+                    int(self._state),
+                    self._attempts,
+                    self._first_number,
+                    self._prefix,
+                )
+            )
+            self._count = 0
+
+    def finish(self, kv: KVChanges) -> bytes:
+        """The frame's body: every job's latest state (None: removed) and `kv`."""
+        full: Changes = {}
+        deleted: list[int] = []
+        for key, job in self.changes.items():
+            if job is None:
+                deleted.append(key)
+            elif is_plain(job):
+                self._add(key, job)
+            else:
+                full[key] = full_row(job)
+        self._end_run()
+        created = self.created_at
+        body = (
+            FORMAT,
+            self.runs,
+            struct.pack(f"<{len(created)}d", *created),
+            self.ids,
+            self.payloads,
+            full,
+            struct.pack(f"<{len(deleted)}q", *deleted),
+            kv,
+        )
+        return marshal.dumps(body, _MARSHAL_VERSION)
+
+
 def encode(batch: dict[int, Job | None], kv: KVChanges) -> bytes:
-    """The body of a frame: each job's latest state (None: removed) and `kv`."""
-    runs: list[Run] = []
-    lengths: list[int] = []
-    created: list[float] = []
-    ids: list[str] = []
-    payloads: list[bytes] = []
-    full: Changes = {}
-    deleted: list[int] = []
-    # The run being built: its first key, size, and the fields its jobs share.
-    first = count = next_key = priority = attempts = 0
-    function = queue = ""
-    state = JobState.AVAILABLE
+    """The body of a frame of these changes (a job's row key -> the job, None: removed)."""
+    frame = FrameBuilder()
     for key, job in batch.items():
         if job is None:
-            deleted.append(key)
-            continue
-        if not is_plain(job):
-            full[key] = full_row(job)
-            continue
-        if (
-            not count
-            or key != next_key
-            or job.function is not function
-            or job.queue is not queue
-            or job.priority != priority
-            or job.state is not state
-            or job.attempts != attempts
-        ):
-            if count:
-                runs.append((first, count, function, queue, priority, int(state), attempts))
-            first, count, function, queue = key, 0, job.function, job.queue
-            priority, state, attempts = job.priority, job.state, job.attempts
-        count += 1
-        next_key = key + 1
-        job_id, payload = job.id, job.payload
-        lengths.append(len(job_id))
-        lengths.append(len(payload))
-        created.append(job.created_at)
-        ids.append(job_id)
-        payloads.append(payload)
-    if count:
-        runs.append((first, count, function, queue, priority, int(state), attempts))
-    body = (
-        FORMAT,
-        runs,
-        struct.pack(f"<{len(lengths)}q", *lengths),
-        struct.pack(f"<{len(created)}d", *created),
-        "".join(ids),
-        b"".join(payloads),
-        full,
-        struct.pack(f"<{len(deleted)}q", *deleted),
-        kv,
-    )
-    return marshal.dumps(body, _MARSHAL_VERSION)
+            frame.removed(key)
+        else:
+            frame.created(key, job)
+    return frame.finish(kv)
 
 
 def decode(body: bytes) -> tuple[Changes, KVChanges]:
@@ -154,8 +232,40 @@ def decode(body: bytes) -> tuple[Changes, KVChanges]:
         raise ValueError("not a batch of changes")
     if len(value) == 2 and all(isinstance(part, dict) for part in value):
         return value[0], value[1]  # the format before columns
-    if len(value) != 9 or value[0] != FORMAT:
+    if len(value) == 9 and value[0] == _FORMAT_IDS:
+        return _decode_with_ids(value)
+    if len(value) != 8 or value[0] != FORMAT:
         raise ValueError("not a batch of changes")
+    _, runs, created, ids, payloads, full, deleted, kv = value
+    changes: Changes = {}
+    try:
+        times = _CREATED.iter_unpack(created)
+        job_at = id_at = 0
+        for first, count, function, queue, priority, state, attempts, number, prefix in runs:
+            for offset in range(count):
+                key = first + offset
+                if number:
+                    job_id = f"{prefix}{number + offset}"
+                else:
+                    job_id = ids[id_at]
+                    id_at += 1
+                (at,) = next(times)
+                payload = payloads[job_at]
+                job_at += 1
+                row = (key, job_id, function, queue, payload, priority, state, attempts, at)
+                changes[key] = row
+        if next(times, None) is not None or job_at != len(payloads) or id_at != len(ids):
+            raise ValueError("columns do not match the runs")
+        changes.update(full)
+        for (key,) in _DELETED.iter_unpack(deleted):
+            changes[key] = None
+    except (struct.error, StopIteration, IndexError) as exc:
+        raise ValueError(f"bad columns: {exc!r}") from exc
+    return changes, kv
+
+
+def _decode_with_ids(value: tuple[Any, ...]) -> tuple[Changes, KVChanges]:
+    """A frame of the format before this one: every job's id in a column."""
     _, runs, lengths, created, ids, payloads, full, deleted, kv = value
     changes: Changes = {}
     try:

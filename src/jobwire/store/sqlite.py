@@ -50,7 +50,7 @@ from typing import TypeVar
 from jobwire.engine.job import Job
 from jobwire.store import frames
 from jobwire.store.base import StoredJob
-from jobwire.store.frames import FULL_WIDTH, PLAIN_WIDTH, Changes, KVChanges
+from jobwire.store.frames import FULL_WIDTH, PLAIN_WIDTH, Changes, FrameBuilder, KVChanges
 from jobwire.store.redolog import RedoLog, read_frames
 
 log = logging.getLogger("jobwire.store")
@@ -358,8 +358,8 @@ class SQLiteStore:
             preallocate=_log_file_bytes(checkpoint_bytes),
         )
         self._log.prepare()
-        # The current loop turn's changes: row key -> job to save, or None: remove.
-        self._batch: dict[int, Job | None] = {}
+        # The current batch's changes, encoded as they come (see `jobwire.store.frames`).
+        self._frame = FrameBuilder()
         self._kv: KVChanges = {}  # key-value writes of the current batch
         self._kv_written: KVChanges = {}  # every key-value write handed to the log
         self._scheduled = False
@@ -387,17 +387,19 @@ class SQLiteStore:
     def job_saved(self, job: Job) -> None:
         self.write_count += 1
         key = job.row
-        if not key:  # first save: the job's row key is ours to give
+        if key:
+            self._frame.changed(key, job)
+        else:  # first save: the job's row key is ours to give
             key = job.row = self._next_row
             self._next_row += 1
-        self._batch[key] = job
+            self._frame.created(key, job)
         if not self._scheduled:
             self._schedule()
 
     def job_removed(self, job: Job) -> None:
         self.write_count += 1
-        if job.row:  # None replaces a save of the same batch
-            self._batch[job.row] = None
+        if job.row:  # replaces a save of the same batch
+            self._frame.removed(job.row)
         if not self._scheduled:
             self._schedule()
 
@@ -424,10 +426,10 @@ class SQLiteStore:
             self._schedule()
 
     def pending(self) -> bool:
-        return bool(self._batch) or bool(self._kv) or self._handed > self._done
+        return not self._frame.empty or bool(self._kv) or self._handed > self._done
 
     def after_commit(self, callback: Callback) -> None:
-        if self._batch or self._kv:
+        if not self._frame.empty or self._kv:
             self._waiters.append((self._handed + 1, callback))
         elif self._handed > self._done:
             self._waiters.append((self._handed, callback))
@@ -450,11 +452,11 @@ class SQLiteStore:
 
     def _hand_off(self) -> None:
         """Encode the batch here, on the loop thread that owns the jobs."""
-        batch, kv = self._batch, self._kv
-        if not (batch or kv) or self._closed:
+        frame, kv = self._frame, self._kv
+        if (frame.empty and not kv) or self._closed:
             return
-        self._batch, self._kv = {}, {}
-        body = frames.encode(batch, kv)
+        self._frame, self._kv = FrameBuilder(), {}
+        body = frame.finish(kv)
         self._handed += 1
         if kv:
             self._kv_written.update(kv)
