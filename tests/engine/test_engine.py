@@ -905,6 +905,17 @@ def test_restore_from_a_store(h: Harness) -> None:
     assert new.id != "H:test:4"
 
 
+def test_a_restored_pending_job_stays_staged_until_activated(h: Harness) -> None:
+    w = h.worker("f")
+    staged = restored_job("H:old:1", b"staged")
+    staged.state = JobState.PENDING
+    h.engine.restore([staged, restored_job("H:old:2", b"ready")])
+    assert staged.state is JobState.PENDING
+    assert drain(h, w.session) == [b"ready"]
+    h.engine.activate(staged)
+    assert drain(h, w.session) == [b"staged"]
+
+
 def test_retained_finished_jobs_are_capped_oldest_first() -> None:
     h = Harness(retain_finished=3600)
     h.engine.config.retain_finished_max = 2

@@ -117,3 +117,41 @@ def test_an_admin_reset_is_not_undone_by_a_restart(tmp_path: Path) -> None:
         assert empty["jobs"] == []
     finally:
         stop(server)
+
+
+def test_a_pending_job_stays_pending_across_a_crash_until_it_is_activated(
+    tmp_path: Path,
+) -> None:
+    """A staged job must not run because the server restarted, and its activation, once
+    answered, must not be undone by a kill -9."""
+    server, http = start(tmp_path)
+    try:
+        job = {"type": "staged", "args": [], "options": {"queue": "st", "pending": True}}
+        staged = ok(http.request("POST", "/ojs/v1/jobs", job), 201)["job"]
+        later = ok(http.request("POST", "/ojs/v1/jobs", job), 201)["job"]
+        assert staged["state"] == later["state"] == "pending"
+    finally:
+        server.kill()
+
+    server, http = start(tmp_path)
+    try:
+        for pushed in (staged, later):
+            got = ok(http.request("GET", f"/ojs/v1/jobs/{pushed['id']}"))["job"]
+            assert got["state"] == "pending"
+        nothing = ok(http.request("POST", "/ojs/v1/workers/fetch", {"queues": ["st"]}))
+        assert nothing["jobs"] == []
+        activated = ok(http.request("POST", f"/ojs/v1/jobs/{staged['id']}/activate"))["job"]
+        assert activated["state"] == "available"
+    finally:
+        server.kill()
+
+    server, http = start(tmp_path)
+    try:
+        got = ok(http.request("GET", f"/ojs/v1/jobs/{staged['id']}"))["job"]
+        assert got["state"] == "available"
+        still = ok(http.request("GET", f"/ojs/v1/jobs/{later['id']}"))["job"]
+        assert still["state"] == "pending"
+        fetched = ok(http.request("POST", "/ojs/v1/workers/fetch", {"queues": ["st"]}))
+        assert [j["id"] for j in fetched["jobs"]] == [staged["id"]]
+    finally:
+        stop(server)

@@ -355,6 +355,8 @@ class Engine:
         if job.state is not JobState.PENDING:
             raise IllegalTransition(f"cannot activate a {job.state.name.lower()} job")
         self._make_available(job, self.function(job.function))
+        if self._durable and job.background:
+            self._save(job)  # a restart must not stage it again
 
     # ------------------------------------------------------------------ queueing
 
@@ -888,6 +890,8 @@ class Engine:
         for row in store.load():
             job = _background_copy(row)
             job.attempts = row.attempts
+            if row.state == JobState.PENDING:
+                job.state = JobState.PENDING
             job.row = row.row
             job.run_at = row.run_at
             if row.ext is not None:
@@ -909,7 +913,9 @@ class Engine:
             key = self.unique_key(job.function, job.unique, job.payload)
             if key is not None:
                 self.uniques[key] = job
-            if job.run_at is not None and job.run_at > self.clock():
+            if job.state is JobState.PENDING:
+                pass  # staged: it waits for `activate`, as before the restart
+            elif job.run_at is not None and job.run_at > self.clock():
                 self._schedule(job, fn, job.run_at, JobState.SCHEDULED)
             else:
                 self._make_available(job, fn)
