@@ -10,21 +10,26 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
     if not RESULTS:
         return
+    terminalreporter.write_sep("=", "OJS conformance")
+    for store, results in RESULTS.items():
+        lines, level_reached = _levels(results)
+        terminalreporter.write_line(f"{store} store: " + "; ".join(lines))
+        terminalreporter.write_line(f"{store} store: conformant level: {level_reached}")
+
+
+def _levels(results: dict[str, tuple[int, bool]]) -> tuple[list[str], int]:
+    """A line per level, and the highest level passed whole along with every level below."""
     lines = []
     level_reached = -1
     broken = False
     for level in range(5):
-        results = [passed for lvl, passed in RESULTS.values() if lvl == level]
-        if not results:
+        passed = [ok for lvl, ok in results.values() if lvl == level]
+        if not passed:
             broken = True
             continue
-        ok = sum(results)
-        lines.append(f"level {level}: {ok}/{len(results)} passed")
-        if not broken and ok == len(results):
+        lines.append(f"level {level}: {sum(passed)}/{len(passed)} passed")
+        if not broken and all(passed):
             level_reached = level
         else:
             broken = True
-    terminalreporter.write_sep("=", "OJS conformance")
-    for line in lines:
-        terminalreporter.write_line(line)
-    terminalreporter.write_line(f"conformant level: {level_reached}")
+    return lines, level_reached

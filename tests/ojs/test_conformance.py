@@ -1,4 +1,6 @@
-"""The OJS conformance suites (levels 0-4, 133 JSON tests) against a real jobwire process.
+"""The OJS conformance suites (levels 0-4, 133 JSON tests) against a real jobwire process,
+once on the memory store and once on the SQLite store (the default, which logs every job
+change to its redo log).
 
 The JSON tests are read from tests/ojs/conformance/suites (a copy kept in the repository) and run by
 `tests.ojs.dsl`, a Python interpreter of the suite's DSL, one pytest case per JSON test, with
@@ -34,8 +36,9 @@ LEVELS = {
 #: test_id -> why it does not pass yet. Remove entries as features land.
 NOT_YET_SUPPORTED: dict[str, str] = {}
 
-#: test_id -> (level, passed); filled as tests run, read by conftest's terminal summary.
-RESULTS: dict[str, tuple[int, bool]] = {}
+#: store -> test -> (level, passed); filled as tests run, read by conftest's terminal summary.
+RESULTS: dict[str, dict[str, tuple[int, bool]]] = {}
+STORES = ("memory", "sqlite")
 
 
 def _load() -> list[tuple[int, Path, dict[str, Any]]]:
@@ -60,9 +63,14 @@ def _param(level: int, path: Path, test: dict[str, Any]) -> Any:
     return pytest.param(level, test, id=f"L{level}/{test_id}/{test['name']}", marks=marks)
 
 
-@pytest.fixture(scope="module")
-def ojs_server() -> Iterator[ServerProcess]:
-    server = start_jobwire(["--allow-reset"], http=True)
+@pytest.fixture(scope="module", params=STORES)
+def ojs_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    workdir = tmp_path_factory.mktemp("ojs")
+    store = "memory" if request.param == "memory" else f"sqlite:{workdir / 'jobs.db'}"
+    server = start_jobwire(["--allow-reset"], http=True, store=store, workdir=workdir)
+    server.extra["store"] = request.param
     yield server
     code = server.stop()
     assert code == 0, f"jobwire exited with {code}:\n{server.log()}"
@@ -77,7 +85,8 @@ def test_conformance(ojs_server: ServerProcess, level: int, test: dict[str, Any]
         runner.run_test(test)
         passed = True
     finally:
-        RESULTS[test["test_id"] + "/" + test["name"]] = (level, passed)
+        results = RESULTS.setdefault(str(ojs_server.extra["store"]), {})
+        results[test["test_id"] + "/" + test["name"]] = (level, passed)
 
 
 def test_not_yet_supported_names_real_tests() -> None:
