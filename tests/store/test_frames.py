@@ -77,6 +77,17 @@ def expected(batch: dict[int, Job | None]) -> frames.Changes:
     return rows
 
 
+def encode(batch: dict[int, Job | None], kv: frames.KVChanges) -> bytes:
+    """A frame of these changes (row key -> the job saved for the first time, None: removed)."""
+    frame = frames.FrameBuilder()
+    for key, job in batch.items():
+        if job is None:
+            frame.removed(key)
+        else:
+            frame.created(key, job)
+    return frame.finish(kv)
+
+
 kv_changes = st.dictionaries(st.tuples(few_texts, texts), st.none() | st.binary(max_size=8))
 
 
@@ -85,7 +96,7 @@ kv_changes = st.dictionaries(st.tuples(few_texts, texts), st.none() | st.binary(
 def test_decode_reads_back_every_change_encode_wrote(
     batch: dict[int, Job | None], kv: frames.KVChanges
 ) -> None:
-    changes, kv_read = frames.decode(frames.encode(batch, kv))
+    changes, kv_read = frames.decode(encode(batch, kv))
     assert changes == expected(batch)
     assert kv_read == kv
 

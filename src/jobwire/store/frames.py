@@ -118,10 +118,11 @@ class FrameBuilder:
         #: Jobs changed after they were first saved, and jobs that are not plain, by row
         #: key (None: removed), encoded with their latest state by `finish`.
         self.changes: dict[int, Job | None] = {}
-        # The run being built: its first key and size, what it takes next, what its jobs share.
-        self._first = self._count = self._next_key = self._next_number = 0
+        # The run being built: its first key, size and first number (0: ids in `ids`), and
+        # what its jobs share.
+        self._first = self._count = self._first_number = 0
         self._function = self._queue = self._prefix = ""
-        self._priority = self._attempts = self._first_number = 0
+        self._priority = self._attempts = 0
         self._state = JobState.AVAILABLE
 
     @property
@@ -144,10 +145,11 @@ class FrameBuilder:
     def _add(self, key: int, job: Job) -> None:
         """Add a plain job to the current run, or start a run with it."""
         number = job.number
+        count = self._count
         if (
-            not self._count
-            or key != self._next_key
-            or number != self._next_number
+            not count
+            or key != self._first + count
+            or number != (self._first_number + count if self._first_number else 0)
             or job.function is not self._function
             or job.queue is not self._queue
             or job.priority != self._priority
@@ -162,11 +164,7 @@ class FrameBuilder:
             self._function, self._queue = job.function, job.queue
             self._priority, self._state, self._attempts = job.priority, job.state, job.attempts
         self._count += 1
-        self._next_key = key + 1
-        if number:
-            self._next_number = number + 1
-        else:
-            self._next_number = 0
+        if not number:
             self.ids.append(job.id)
         self.payloads.append(job.payload)
         self.created_at.append(job.created_at)
@@ -214,17 +212,6 @@ class FrameBuilder:
         return marshal.dumps(body, _MARSHAL_VERSION)
 
 
-def encode(batch: dict[int, Job | None], kv: KVChanges) -> bytes:
-    """The body of a frame of these changes (a job's row key -> the job, None: removed)."""
-    frame = FrameBuilder()
-    for key, job in batch.items():
-        if job is None:
-            frame.removed(key)
-        else:
-            frame.created(key, job)
-    return frame.finish(kv)
-
-
 def decode(body: bytes) -> tuple[Changes, KVChanges]:
     """A frame's changes as rows; ValueError (or EOFError, TypeError) if it is not one."""
     value = marshal.loads(body)
@@ -256,9 +243,7 @@ def decode(body: bytes) -> tuple[Changes, KVChanges]:
                 changes[key] = row
         if next(times, None) is not None or job_at != len(payloads) or id_at != len(ids):
             raise ValueError("columns do not match the runs")
-        changes.update(full)
-        for (key,) in _DELETED.iter_unpack(deleted):
-            changes[key] = None
+        _add_full_and_deleted(changes, full, deleted)
     except (struct.error, StopIteration, IndexError) as exc:
         raise ValueError(f"bad columns: {exc!r}") from exc
     return changes, kv
@@ -284,9 +269,14 @@ def _decode_with_ids(value: tuple[Any, ...]) -> tuple[Changes, KVChanges]:
             raise ValueError("more columns than jobs")
         if id_at != len(ids) or payload_at != len(payloads):
             raise ValueError("column lengths do not add up")
-        changes.update(full)
-        for (key,) in _DELETED.iter_unpack(deleted):
-            changes[key] = None
+        _add_full_and_deleted(changes, full, deleted)
     except (struct.error, StopIteration) as exc:
         raise ValueError(f"bad columns: {exc!r}") from exc
     return changes, kv
+
+
+def _add_full_and_deleted(changes: Changes, full: Changes, deleted: bytes) -> None:
+    """After the runs' rows: the full rows, then the removals, which come last."""
+    changes.update(full)
+    for (key,) in _DELETED.iter_unpack(deleted):
+        changes[key] = None
