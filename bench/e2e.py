@@ -138,6 +138,7 @@ class System:
     links: int = 1  # jobwire experiment: the worker lists the server this many times
     processes: int = 1  # worker processes sharing the 16 slots (jobwire, dramatiq)
     loop: str = "asyncio"  # jobwire experiment: "uvloop" for the clients too (workers always)
+    blocking: bool = False  # jobwire: the round trip through the blocking Client
     env: tuple[tuple[str, str], ...] = ()
     default: bool = True
 
@@ -170,6 +171,16 @@ SYSTEMS: list[System] = [
         "Worker(concurrency=16), async def task, 1 process (Worker.run: uvloop)",
         _JW_WAIT,
         store="sqlite",
+    ),
+    System(
+        "jobwire-memory-blocking",
+        "jobwire",
+        "jobwire --store memory",
+        _JW_CLIENT,
+        "Worker(concurrency=16), async def task, 1 process (Worker.run: uvloop)",
+        "Client.submit (blocking; foreground: WORK_COMPLETE)",
+        store="memory",
+        blocking=True,
     ),
     System(
         "jobwire-memory-def",
@@ -567,7 +578,7 @@ class Context:
     def client_command(self, system: System, *args: str) -> list[str]:
         if system.family == "jobwire":
             cmd = [sys.executable, __file__, "_jobwire", args[0], self.server, *args[1:]]
-            return [*cmd, "--loop", system.loop]
+            return [*cmd, "--loop", system.loop, *(["--blocking"] if system.blocking else [])]
         code = "import sys, e2e_peers; sys.exit(e2e_peers.main())"
         return [str(PEERS_PYTHON), "-c", code, *args]
 
@@ -841,6 +852,7 @@ def _jobwire_role(argv: list[str]) -> int:
     parser.add_argument("--links", type=int, default=1)
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     parser.add_argument("--slots", type=int, default=SLOTS)
+    parser.add_argument("--blocking", action="store_true", help="latency: the blocking Client")
     args = parser.parse_args(argv)
     if args.loop == "uvloop":
         import uvloop
@@ -848,6 +860,9 @@ def _jobwire_role(argv: list[str]) -> int:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     if args.role == "worker":
         _jobwire_worker([args.server] * args.links, args.task, args.slots)
+        return 0
+    if args.role == "latency" and args.blocking:
+        print(json.dumps(_jobwire_latency_blocking(args)), flush=True)
         return 0
     coro = _jobwire_submit(args) if args.role == "submit" else _jobwire_latency(args)
     print(json.dumps(asyncio.run(coro)), flush=True)
@@ -912,6 +927,23 @@ async def _jobwire_latency(args: argparse.Namespace) -> dict[str, Any]:
         while len(lat) < args.jobs and time.monotonic() < end:
             start = clock()
             await client.submit("noop")
+            lat.append((clock() - start) * 1e6)
+        return {"lat_us": lat, "cpu_s": _cpu() - cpu0}
+
+
+def _jobwire_latency_blocking(args: argparse.Namespace) -> dict[str, Any]:
+    from jobwire import Client
+
+    with Client([args.server]) as client:
+        for _ in range(args.warm):
+            client.submit("noop")
+        lat: list[float] = []
+        cpu0 = _cpu()
+        end = time.monotonic() + args.budget
+        clock = time.perf_counter
+        while len(lat) < args.jobs and time.monotonic() < end:
+            start = clock()
+            client.submit("noop")
             lat.append((clock() - start) * 1e6)
         return {"lat_us": lat, "cpu_s": _cpu() - cpu0}
 

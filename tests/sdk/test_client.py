@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -190,6 +191,32 @@ def test_unique_coalesces_foreground_jobs(served: ServerProcess) -> None:
 
     assert asyncio.run(main()) == [b"released co", b"released co"]
     assert len(markers.starts("co")) == 1
+
+
+def test_threads_share_one_client(served: ServerProcess, client: Client) -> None:
+    """Calls from several threads run at once over one Client: each thread runs the Client's
+    loop in turn, and a call made while another thread runs it rides along."""
+    markers = Markers()
+    results: dict[str, object] = {}
+
+    def submit(job_id: str) -> None:
+        results[job_id] = client.submit("block", markers.spec(job_id))
+
+    first = threading.Thread(target=submit, args=("first",))
+    first.start()
+    markers.wait_started("first")
+    # The first call is running the loop, blocked on its job: this one must not wait for it.
+    assert client.submit("reverse", "abc") == b"cba"
+    second = threading.Thread(target=submit, args=("second",))
+    second.start()
+    markers.wait_started("second")
+    markers.release("first")
+    first.join(30)
+    assert results.get("first") == b"released first"
+    # The first thread has returned; the second now runs the loop for its own job.
+    markers.release("second")
+    second.join(30)
+    assert results.get("second") == b"released second"
 
 
 def test_timeout_raises_and_leaves_the_job(served: ServerProcess, client: Client) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import threading
 import uuid
 import zlib
 from collections.abc import AsyncGenerator, Awaitable, Coroutine, Iterable, Iterator
@@ -33,7 +32,7 @@ from typing import Any, Literal, TypeVar, overload
 from jobwire.protocols.gearman import PacketType, encode_request
 from jobwire.sdk.connection import format_address, parse_address
 from jobwire.sdk.errors import ServerUnavailable, Timeout
-from jobwire.sdk.loops import new_event_loop
+from jobwire.sdk.loops import CallerLoop
 from jobwire.sdk.payload import to_bytes
 from jobwire.sdk.session import (
     MAX_UNIQUE,
@@ -412,18 +411,17 @@ class AsyncClient:
 class Client:
     """The blocking twin of `AsyncClient`: same arguments, same methods, plain calls.
 
-    It runs an AsyncClient on a private event loop in a daemon thread, so it works from any
-    thread (including inside a running event loop's callbacks, though AsyncClient is nicer
-    there) and keeps its connections open between calls. Update callbacks run on that thread.
-    Call `close()` or use it as a context manager.
+    It runs an AsyncClient on a private event loop that each call runs in the calling thread
+    (`CallerLoop`), so a call costs no hand-off to another thread, and it keeps its connections
+    open between calls. It works from any thread, and from several at once (their calls share
+    the connections); from inside a running event loop a call runs in a helper thread, though
+    AsyncClient is nicer there. Update callbacks run in the thread running the loop: the
+    caller's, or that of another call made at the same time. Call `close()` or use it as a
+    context manager.
     """
 
     def __init__(self, servers: Iterable[str] = ("127.0.0.1:4730",), **options: Any) -> None:
-        self._loop = new_event_loop()
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="jobwire-client", daemon=True
-        )
-        self._thread.start()
+        self._runner = CallerLoop()
         servers = list(servers)
 
         async def make() -> AsyncClient:
@@ -432,17 +430,10 @@ class Client:
         self._client = self._call(make())
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._loop.is_closed() or threading.current_thread() is self._thread:
+        if self._runner.loop.is_closed():
             coro.close()
-            if self._loop.is_closed():
-                raise RuntimeError("the Client is closed")
-            raise RuntimeError("a Client cannot be used from its own callbacks: it would deadlock")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        try:
-            return future.result()
-        except BaseException:
-            future.cancel()  # e.g. KeyboardInterrupt: do not leave the request running
-            raise
+            raise RuntimeError("the Client is closed")
+        return self._runner.run(coro)
 
     def __enter__(self) -> Client:
         return self
@@ -451,12 +442,10 @@ class Client:
         self.close()
 
     def close(self) -> None:
-        if self._loop.is_closed():
+        if self._runner.loop.is_closed():
             return
         self._call(self._client.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._runner.close()
 
     @property
     def servers(self) -> list[str]:
@@ -547,7 +536,7 @@ class Client:
             while (update := self._call(step())) is not None:
                 yield update
         finally:
-            if not self._loop.is_closed():
+            if not self._runner.loop.is_closed():
                 self._call(updates.aclose())
 
     def status(self, handle: str) -> JobStatus:
