@@ -168,6 +168,26 @@ def test_bad_input_closes_only_that_connection(server_with: ServerProcess) -> No
         assert status.args[1] == b"1"
 
 
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+def test_a_packet_over_several_reads_is_answered(store: str, tmp_path: os.PathLike[str]) -> None:
+    """A packet that arrives in three or more reads is answered once it is whole (the reads
+    that only add to it must not leave the connection unscheduled for its next write)."""
+    where = "memory" if store == "memory" else f"sqlite:{os.path.join(tmp_path, 'jw.db')}"
+    server = start_jobwire(["--store", where])
+    try:
+        packet = pack(Cmd.SUBMIT_JOB_BG, "f", "u1", b"x" * 300_000)
+        with GearmanSocket(server) as client, GearmanSocket(server) as other:
+            for start, stop in ((0, 100), (100, 100_000), (100_000, 200_000), (200_000, None)):
+                client.sock.sendall(packet[start:stop])
+                # The part was in the socket before this request: the server has read it
+                # by the time it answers.
+                sync(other)
+            created = client.expect(Cmd.JOB_CREATED)
+            assert created.args[0]
+    finally:
+        assert server.stop() == 0, server.log()
+
+
 @pytest.mark.server_args("--max-packet-size", "1024")
 def test_oversized_packet_is_refused_without_buffering(server_with: ServerProcess) -> None:
     bad = socket.create_connection(("127.0.0.1", server_with.port))

@@ -244,15 +244,15 @@ class GearmanConnection(asyncio.Protocol):
     hot_path = True
 
     def data_received(self, data: bytes) -> None:
-        durable_before = self.durable_replies
-        was_dirty = self.dirty
-        self.dirty = True  # sends below need not mark the connection: done once at the end
         decoder = self.decoder
         if decoder.buffered:
             if decoder.short_of(len(data)):  # the buffered packet is still incomplete
                 decoder.feed(data)
                 return
             data = decoder.take_buffered() + data
+        durable_before = self.durable_replies
+        was_dirty = self.dirty
+        self.dirty = True  # sends below need not mark the connection: done once at the end
         if self.hot_path and not decoder.failed:
             done = self._run_hot(data)
             if done:
