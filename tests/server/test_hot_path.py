@@ -103,7 +103,12 @@ fatal = st.sampled_from(
 )
 
 
-def run(stream: bytes, cuts: list[int], hot: bool) -> tuple[bytes, bool, list[tuple[str, str]]]:
+def run(
+    stream: bytes, cuts: list[int], hot: bool, turns: bool = False
+) -> tuple[bytes, bool, list[tuple[str, str]]]:
+    """Feed `stream` cut at `cuts`; with `turns`, each read in a loop turn of its own, after
+    which nothing may be left unwritten (each turn ends with the writes it queued)."""
+
     async def main() -> tuple[bytes, bool, list[tuple[str, str]]]:
         engine = Engine(EngineConfig(handle_prefix="H"), clock=lambda: 1000.0)
         options = GearmanOptions(max_packet=MAX_PACKET)
@@ -117,6 +122,9 @@ def run(stream: bytes, cuts: list[int], hot: bool) -> tuple[bytes, bool, list[tu
             if cut > start and not transport.closed:
                 conn.data_received(stream[start:cut])
                 start = cut
+                if turns:
+                    await asyncio.sleep(0)  # the end of this read's turn
+                    assert transport.closed or not conn.out, "output left unscheduled"
         await asyncio.sleep(0)  # end-of-turn flushes
         jobs = sorted((job.id, job.state.name) for job in engine.jobs.values())
         return bytes(transport.data), transport.closed, jobs
@@ -129,14 +137,15 @@ def run(stream: bytes, cuts: list[int], hot: bool) -> tuple[bytes, bool, list[tu
     st.lists(requests, min_size=6, max_size=40),
     fatal,
     st.lists(st.integers(0, 2000), max_size=8),
+    st.booleans(),
 )
 def test_hot_path_matches_the_decoder_path(
-    packets: list[bytes], last: bytes, cuts: list[int]
+    packets: list[bytes], last: bytes, cuts: list[int], turns: bool
 ) -> None:
     # Most streams start as a worker's do, so that grabs find work.
     stream = encode_request(T.CAN_DO, b"f") + b"".join(packets) + last
     cuts = [cut for cut in cuts if cut < len(stream)]
-    assert run(stream, cuts, hot=True) == run(stream, cuts, hot=False)
+    assert run(stream, cuts, hot=True, turns=turns) == run(stream, cuts, hot=False, turns=turns)
 
 
 def test_every_common_packet_cut_anywhere() -> None:
@@ -179,7 +188,7 @@ def test_a_large_packet_in_many_reads_is_handled_once_complete() -> None:
         for cut in [*cuts, len(stream)]:
             conn.data_received(stream[start:cut])
             start = cut
-        await asyncio.sleep(0)  # the end of the loop turn, when replies are written
+            await asyncio.sleep(0)  # each read in a turn of its own, as over a slow link
         return bytes(transport.data), engine.jobs["H:1"].payload
 
     written, stored = asyncio.run(main())
