@@ -128,6 +128,22 @@ def test_foreground_job(any_server: ServerProcess) -> None:
         assert finish(worker)[0] == 0
 
 
+def test_large_workload_and_result(any_server: ServerProcess) -> None:
+    """2 MB each way, which the server reads over many reads: a workload the worker counts,
+    then a result it makes. (Not one `cat`: the CLI worker writes the whole workload to the
+    command before it reads any output, so a large echo fills the pipe and stalls.)"""
+    size = 2 * 1024 * 1024
+    make = f"cat > /dev/null; head -c {size} /dev/zero | tr '\\0' x"
+    with running(cli_worker(any_server, ["count"], 1, ["wc", "-c"])) as counter:
+        client = run_client(any_server, "-f", "count", stdin=bytes(range(256)) * (size // 256))
+        assert (client.returncode, client.stdout.strip()) == (0, str(size).encode())
+        assert finish(counter)[0] == 0
+    with running(cli_worker(any_server, ["make"], 1, ["sh", "-c", make])) as maker:
+        client = run_client(any_server, "-f", "make", "go")
+        assert (client.returncode, client.stdout) == (0, b"x" * size)
+        assert finish(maker)[0] == 0
+
+
 def test_worker_command_with_arguments(any_server: ServerProcess) -> None:
     with running(cli_worker(any_server, ["upper"], 1, ["tr", "a-z", "A-Z"])) as worker:
         wait_for_workers(any_server, "upper")
