@@ -126,7 +126,7 @@ def test_the_ring_answers_as_a_list_of_events_would(
 
 def test_a_started_event_names_its_worker_and_others_do_not(h: Harness) -> None:
     log = EventLog(10, clock=h.clock)
-    h.engine.observers.append(log.observe)
+    h.engine.event_log = log
     w = h.worker("f")
     job, _ = h.engine.submit("f", b"")
     assert h.engine.grab(w.session) is job
@@ -145,4 +145,24 @@ def test_finish_observers_hear_only_finished_jobs_after_the_observers(h: Harness
         ("every", "job.enqueued"),
         ("every", "job.cancelled"),
         ("finish", "job.cancelled"),
+    ]
+
+
+def test_the_event_log_comes_first_and_its_failure_undoes_nothing(h: Harness) -> None:
+    heard: list[tuple[str, str]] = []
+
+    def broken_clock() -> float:  # makes every observe raise
+        heard.append(("log", "clock"))
+        raise RuntimeError("bug")
+
+    h.engine.event_log = EventLog(10, clock=broken_clock)
+    h.engine.observers.append(lambda event, job: heard.append(("every", event)))
+    job, _ = h.engine.submit("f", b"")
+    h.engine.cancel(job)
+    assert job.state is JobState.CANCELLED
+    assert heard == [
+        ("log", "clock"),
+        ("every", "job.enqueued"),
+        ("log", "clock"),
+        ("every", "job.cancelled"),
     ]

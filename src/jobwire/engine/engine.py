@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from jobwire.engine.errors import IllegalTransition, JobNotHeld, QueueFull
+from jobwire.engine.events import EventLog
 from jobwire.engine.job import (
     PRIORITY_HIGH,
     PRIORITY_LOW,
@@ -148,7 +149,9 @@ class Engine:
         self._finished: deque[tuple[float, Job]] = deque()
         #: Seconds to wait before a failed job is retried; protocols with retry policies set it.
         self.backoff: Callable[[Job], float] = lambda job: 0.0
-        #: The event log...: called after each job transition.
+        #: Recorded first after each job transition; a direct call, as it runs for every job.
+        self.event_log: EventLog | None = None
+        #: Anything else to call after each job transition.
         self.observers: list[JobObserver] = []
         #: Dead letter, workflows...: called after the observers when a job finishes
         #: (completed, cancelled, discarded), so they cost the other transitions nothing.
@@ -316,7 +319,7 @@ class Engine:
         if subscriber is not None:
             job.subscribers = [subscriber]
         self._make_available(job, fn)
-        if self._durable or self.observers:
+        if self._durable or self.event_log is not None or self.observers:
             self._accepted(job)
         return job, True
 
@@ -334,7 +337,7 @@ class Engine:
         """Log a new job to the store and tell the observers."""
         if job.background and self._durable:
             self._save(job)
-        if self.observers:
+        if self.event_log is not None or self.observers:
             scheduled = job.state is JobState.SCHEDULED
             self._observe("job.scheduled" if scheduled else "job.enqueued", job)
 
@@ -620,7 +623,7 @@ class Engine:
             self._set_lease(job, now + timeout)
         if self._durable and job.background:
             self._save(job)
-        if self.observers:
+        if self.event_log is not None or self.observers:
             self._observe("job.started", job)
 
     def _set_lease(self, job: Job, deadline: float) -> None:
@@ -670,7 +673,7 @@ class Engine:
             self._make_available(job, fn, front=True)
         if self._durable and job.background:
             self._save(job)
-        if self.observers:
+        if self.event_log is not None or self.observers:
             self._observe("job.retrying", job)
 
     # ------------------------------------------------------------------ work updates
@@ -750,7 +753,7 @@ class Engine:
                 self.jobs.discard(oldest)
         else:
             self.jobs.discard(job)
-        if self.observers or self.finish_observers:
+        if self.event_log is not None or self.observers or self.finish_observers:
             name = _FINISH_EVENTS[state]
             self._observe(name, job)
             self._tell_observers(self.finish_observers, name, job)
@@ -798,7 +801,7 @@ class Engine:
         self._make_available(fresh, self.function(fresh.function))
         if self._durable:
             self._save(fresh)
-        if self.observers:
+        if self.event_log is not None or self.observers:
             self._observe("job.enqueued", fresh)
         return fresh
 
@@ -808,7 +811,14 @@ class Engine:
             self.jobs.discard(job)
 
     def _observe(self, event: str, job: Job) -> None:
-        self._tell_observers(self.observers, event, job)
+        event_log = self.event_log
+        if event_log is not None:
+            try:
+                event_log.observe(event, job)
+            except Exception:  # as for any observer: the transition stands
+                log.exception("the event log failed on %s for %s", event, job.id)
+        if self.observers:
+            self._tell_observers(self.observers, event, job)
 
     def _tell_observers(self, observers: list[JobObserver], event: str, job: Job) -> None:
         for observer in observers:

@@ -1,10 +1,11 @@
 """The event log: a bounded, in-memory record of job lifecycle events, whatever the protocol.
 
-The engine tells its observers about every job transition (`Engine.observers`); `EventLog`
-is one such observer. It keeps the newest `capacity` events in a ring, each with the job's
-fields as they were when the event happened (the job keeps changing afterwards). Adapters read it
-(OJS `GET /ojs/v1/events`) by type, queue and a sequence cursor. Events are not durable: they
-describe what this process saw, and a restart starts a new log.
+The engine records every job transition in its `EventLog` (`Engine.event_log`, called
+directly) and tells its other observers (`Engine.observers`). The log keeps the newest
+`capacity` events in a ring, each with the job's fields as they were when the event happened
+(the job keeps changing afterwards). Adapters read it (OJS `GET /ojs/v1/events`) by type,
+queue and a sequence cursor. Events are not durable: they describe what this process saw, and
+a restart starts a new log.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class EventLog:
         return self._held
 
     def observe(self, event: str, job: Job) -> None:
-        """`Engine.observers` hook: record a job event (this runs for every job)."""
+        """Record a job event (`Engine.event_log`; this runs for every job)."""
         if not self.capacity:
             return
         slot = self._next

@@ -125,11 +125,13 @@ class OJSService:
         self.uniques = UniqueIndex()
         self.cron = CronScheduler(engine, self._cron_trigger, kv=kv, events=self.events)
         self.workflows = Workflows(self, kv)
-        engine.observers.append(self.events.observe)
+        engine.event_log = self.events
         engine.finish_observers.append(self._job_finished)
         self._recover()
 
     def _job_finished(self, event: str, job: Job) -> None:
+        if job.ext is None:  # no OJS options (a Gearman job, say): neither keeps it
+            return
         self.dead_letter.observe(event, job)
         self.workflows.observe(event, job)
 
