@@ -53,7 +53,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -935,17 +935,23 @@ def _jobwire_latency_blocking(args: argparse.Namespace) -> dict[str, Any]:
     from jobwire import Client
 
     with Client([args.server]) as client:
-        for _ in range(args.warm):
-            client.submit("noop")
-        lat: list[float] = []
-        cpu0 = _cpu()
-        end = time.monotonic() + args.budget
-        clock = time.perf_counter
-        while len(lat) < args.jobs and time.monotonic() < end:
-            start = clock()
-            client.submit("noop")
-            lat.append((clock() - start) * 1e6)
-        return {"lat_us": lat, "cpu_s": _cpu() - cpu0}
+        return time_round_trips(lambda: client.submit("noop"), args)
+
+
+def time_round_trips(once: Callable[[], object], args: argparse.Namespace) -> dict[str, Any]:
+    """Call `once` (one blocking round trip) `args.warm` times, then time it `args.jobs`
+    times or for `args.budget` seconds; the latency role's output."""
+    for _ in range(args.warm):
+        once()
+    lat: list[float] = []
+    cpu0 = _cpu()
+    end = time.monotonic() + args.budget
+    clock = time.perf_counter
+    while len(lat) < args.jobs and time.monotonic() < end:
+        start = clock()
+        once()
+        lat.append((clock() - start) * 1e6)
+    return {"lat_us": lat, "cpu_s": _cpu() - cpu0}
 
 
 # ---------------------------------------------------------------------------- report

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
-from e2e import record
+from e2e import record, time_round_trips
 
 SYSTEM = os.environ.get("E2E_SYSTEM", "")
 FAMILY = SYSTEM.split("-")[0]
@@ -286,17 +286,6 @@ def main(argv: list[str] | None = None) -> int:
         go()
         out = {"t0": t0, "t_enqueued": time.monotonic(), "cpu_s": _cpu() - cpu0}
     else:
-        once = round_tripper()
-        for _ in range(args.warm):
-            once()
-        lat: list[float] = []
-        cpu0 = _cpu()
-        end = time.monotonic() + args.budget
-        clock = time.perf_counter
-        while len(lat) < args.jobs and time.monotonic() < end:
-            start = clock()
-            once()
-            lat.append((clock() - start) * 1e6)
-        out = {"lat_us": lat, "cpu_s": _cpu() - cpu0}
+        out = time_round_trips(round_tripper(), args)
     print(json.dumps(out), flush=True)
     return 0
