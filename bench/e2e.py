@@ -1082,7 +1082,8 @@ def main() -> int:
     info = machine_info()
     print(
         f"# {info['cpus']} CPUs ({info['cpu']}), Python {info['python']}, "
-        f"jobwire {info['jobwire_rev']}, load {info['loadavg']}",
+        f"jobwire {info['jobwire_rev']}, load {info['loadavg']}, "
+        f"loopback ping-pong p50 {info['wakeup_us']} us",
         flush=True,
     )
     print(f"# {args.jobs:,} no-op jobs, {SLOTS} worker slots, round trip x {args.latency_jobs:,}")

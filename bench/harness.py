@@ -17,6 +17,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -385,6 +386,40 @@ def admin_status(port: int, timeout: float = 30.0) -> dict[str, tuple[int, int, 
     return result
 
 
+_ECHO = """import socket, sys
+peer = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+peer.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while data := peer.recv(64):
+    peer.sendall(data)
+"""
+
+
+def wakeup_us(rounds: int = 2_000) -> float:
+    """p50 of a 1-byte TCP ping-pong with another process over loopback, in microseconds.
+
+    What waking a peer costs on this machine right now: a serial round trip through a server
+    is a few of these, so it says how busy the host was when a run's latencies were taken.
+    """
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        child = subprocess.Popen([sys.executable, "-c", _ECHO, str(port)])
+        listener.settimeout(30)
+        conn, _ = listener.accept()
+    samples = []
+    with conn:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        clock = time.perf_counter
+        for _ in range(rounds):
+            start = clock()
+            conn.sendall(b"x")
+            conn.recv(64)
+            samples.append(clock() - start)
+    child.wait(timeout=30)
+    return statistics.median(samples[rounds // 10 :]) * 1e6
+
+
 def machine_info() -> dict[str, Any]:
     cpu = "unknown"
     with contextlib.suppress(OSError):
@@ -421,5 +456,6 @@ def machine_info() -> dict[str, Any]:
         "jobwire_build": build,
         "gearmand": gearmand,
         "loadavg": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "wakeup_us": round(wakeup_us(), 1),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }

@@ -499,7 +499,8 @@ def main(argv: list[str] | None = None) -> int:
         info["jobwire_rev"] = use_jobwire_rev(args.jobwire_rev) + " (exported commit)"
     print(
         "machine: {cpus} CPUs, {cpu}, Linux {kernel}, Python {python}, jobwire {jobwire_rev}, "
-        "{gearmand}; load average {loadavg}\n{jobwire_build}".format(**info),
+        "{gearmand}; load average {loadavg}; loopback ping-pong p50 {wakeup_us} us\n"
+        "{jobwire_build}".format(**info),
         flush=True,
     )
     rows: list[Row] = []
