@@ -57,6 +57,13 @@ log = logging.getLogger("jobwire.sdk.worker")
 P = PacketType
 F = TypeVar("F", bound=Callable[..., Any])
 
+# The packet types a job's path compares with, as plain names: `P.X` goes through the enum
+# class's `__getattr__` hook, several times slower than a module global, several times a job.
+_JOB_ASSIGN = P.JOB_ASSIGN
+_JOB_ASSIGN_UNIQ = P.JOB_ASSIGN_UNIQ
+_NO_JOB = P.NO_JOB
+_NOOP = P.NOOP
+_WORK_COMPLETE = P.WORK_COMPLETE
 _GRAB = encode_request(P.GRAB_JOB_UNIQ)
 _ENDING = (WorkerState.TERMINATE, WorkerState.TERMINATED)
 _PRE_SLEEP = encode_request(P.PRE_SLEEP)
@@ -371,20 +378,20 @@ class Worker(Lifecycle[Job]):
     def _on_packet(self, link: _Link, packet: Packet) -> None:
         """One packet of a read; the connection calls `_settle` once the read is handled."""
         kind = packet.type
-        if kind == P.JOB_ASSIGN_UNIQ or kind == P.JOB_ASSIGN:
+        if kind in (_JOB_ASSIGN_UNIQ, _JOB_ASSIGN):
             link.grabs -= 1
             link.wants_grab = link.hot = True  # the server has work: grab for every free slot
             args = packet.args
-            unique = args[2] if kind == P.JOB_ASSIGN_UNIQ else b""
+            unique = args[2] if kind == _JOB_ASSIGN_UNIQ else b""
             self._start(link, args[0], args[1], unique, args[-1])
-        elif kind == P.NO_JOB:
+        elif kind == _NO_JOB:
             link.grabs = max(0, link.grabs - 1)
             link.wants_grab = link.hot = False  # later news than any NOOP or job before it
             # Sleep only once every GRAB is answered: one still in flight may bring a job.
             if not link.grabs and self.state is WorkerState.RUNNING:
                 assert link.conn is not None
                 link.conn.send(_PRE_SLEEP)
-        elif kind == P.NOOP:
+        elif kind == _NOOP:
             link.wants_grab = True
         elif kind == P.OPTION_RES and packet.args[0] == _GRAB_WAITS:
             link.grab_waits = link.wants_grab = link.hot = True
@@ -486,7 +493,7 @@ class Worker(Lifecycle[Job]):
             if isinstance(exc, asyncio.CancelledError):
                 raise
         else:
-            job._finish(encode_request(P.WORK_COMPLETE, handle, result))
+            job._finish(encode_request(_WORK_COMPLETE, handle, result))
 
     async def _run_guarded(self, job: Job, handle: bytes, task: Task[Job]) -> None:
         """A thread task, or one with a timeout."""
@@ -501,7 +508,7 @@ class Worker(Lifecycle[Job]):
             if isinstance(exc, asyncio.CancelledError):
                 raise
         else:
-            job._finish(encode_request(P.WORK_COMPLETE, handle, result))
+            job._finish(encode_request(_WORK_COMPLETE, handle, result))
             if _debug():
                 log.debug("job %s (%s) done", job.handle, job.function)
 
