@@ -40,7 +40,7 @@ class CallerLoop:
     """A private event loop run by the threads that wait on it, for the blocking `Client`.
 
     A loop in a thread of its own costs every blocking call two hand-offs between threads, a
-    wake-up each way: on a small machine that doubled the round trip of a foreground job. Here
+    wake-up each way: on a 2-core VM, 0.273 ms p50 per foreground round trip against 0.226. Here
     the calling thread runs the loop itself until its own work is done, so a blocking call costs
     what the same call costs on `AsyncClient`. Between calls nothing runs: connections stay open
     and what arrives waits in the socket.
