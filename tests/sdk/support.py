@@ -199,9 +199,10 @@ class FakeServer:
 
     While `answering`, it answers grabs with the next of `jobs` (function, payload) as
     JOB_ASSIGN_UNIQ or with NO_JOB, pings with ECHO_RES, options with OPTION_RES and SUBMIT_JOB
-    with JOB_CREATED (and then never runs the job); otherwise it reads and stays silent, like a
-    hung server. With `answer_pings` off it answers everything but pings. `reads` holds the
-    packet types of each read, per connection: what the peer sent in one write.
+    and SUBMIT_JOB_BG with JOB_CREATED (and then never runs the job); otherwise it reads and
+    stays silent, like a hung server. With `answer_pings` off it answers everything but pings.
+    `reads` holds the packet types of each read, per connection: what the peer sent in one
+    write.
     """
 
     def __init__(self) -> None:
@@ -260,7 +261,7 @@ class FakeServer:
                         sock.sendall(encode(P.ERROR, b"UNKNOWN_OPTION", b"Unknown option"))
                 elif packet.type == P.OPTION_REQ:
                     sock.sendall(encode(P.OPTION_RES, packet.args[0]))
-                elif packet.type == P.SUBMIT_JOB:
+                elif packet.type in (P.SUBMIT_JOB, P.SUBMIT_JOB_BG):
                     sock.sendall(encode(P.JOB_CREATED, b"H:fake:%d" % len(packets)))
 
     def types(self, connection: int) -> list[PacketType]:

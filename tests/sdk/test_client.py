@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from jobwire import AsyncClient, Client, JobException, JobFailed, ServerUnavailable, Timeout
-from jobwire.protocols.gearman import Packet
+from jobwire.protocols.gearman import Packet, encode_request
 from jobwire.sdk import Handle, JobStatus, Update
-from jobwire.sdk.session import Request, Session
+from jobwire.sdk.session import Request, Session, submit_type
 from tests.interop.gearman_raw import priority_status, wait_until
 from tests.sdk.support import Markers, P, as_json, fake_server
 from tests.servers import ServerProcess, free_port
@@ -138,7 +138,8 @@ def test_submit_many_is_one_write_with_replies_matched_in_order() -> None:
     async def main() -> None:
         conn = StubConnection()
         session = Session(conn)  # type: ignore[arg-type]
-        requests = [Request(b"f", b"u%d" % i, b"x", "normal", True) for i in range(5)]
+        bg = submit_type("normal", True)
+        requests = [Request(encode_request(bg, b"f", b"u%d" % i, b"x")) for i in range(5)]
         batch = asyncio.ensure_future(session.run(requests, timeout=30))
         await conn.wrote.wait()
         assert len(conn.writes) == 1 and conn.writes[0].count(b"\0REQ") == 5
@@ -275,6 +276,27 @@ def test_foreground_job_on_a_server_that_hangs_is_retried(served: ServerProcess)
             assert [client.submit("echo", str(i)) for i in range(2)] == [b"0", b"1"]
         types = {packet.type for packets in hung.connections for packet in packets}
         assert {P.SUBMIT_JOB, P.ECHO_REQ} <= types
+
+
+def test_job_on_a_connection_that_drops_is_retried_on_the_next_server(
+    served: ServerProcess,
+) -> None:
+    """The first attempt on an open connection takes a shorter path than the retry loop: a
+    connection lost under it hands the job over to the loop, which sends it on."""
+
+    async def main() -> None:
+        with fake_server() as dropping:
+            async with AsyncClient([dropping.address, served.address], retries=3) as client:
+                # Round robin: the fake, then the real server; both connections are open now.
+                assert (await client.submit_background("echo", "x")).server == dropping.address
+                assert (await client.submit_background("echo", "x")).server == served.address
+                job = asyncio.ensure_future(client.submit("echo", "again"))  # the fake's turn
+                while P.SUBMIT_JOB not in dropping.types(0):
+                    await asyncio.sleep(0.01)
+                dropping.sockets[0].shutdown(socket.SHUT_RDWR)  # after JOB_CREATED
+                assert await job == b"again"
+
+    asyncio.run(main())
 
 
 def test_unique_keys_pick_the_same_server(jobwire: ServerProcess, gearmand: ServerProcess) -> None:

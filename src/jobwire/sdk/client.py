@@ -27,7 +27,7 @@ import logging
 import uuid
 import zlib
 from collections.abc import AsyncGenerator, Awaitable, Coroutine, Iterable, Iterator
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, cast, overload
 
 from jobwire.protocols.gearman import PacketType, encode_request
 from jobwire.sdk.connection import format_address, parse_address
@@ -46,6 +46,7 @@ from jobwire.sdk.session import (
     StatusCallback,
     Update,
     parse_int,
+    submit_type,
 )
 
 log = logging.getLogger("jobwire.sdk")
@@ -285,8 +286,7 @@ class AsyncClient:
         background: bool,
         listener: Listener | None,
     ) -> Request:
-        if priority not in ("normal", "high", "low"):
-            raise ValueError(f"priority must be normal, high or low, not {priority!r}")
+        ptype = submit_type(priority, background)
         # The default key: random per client, numbered per submission (as unique as a UUID
         # per submission, without the syscall).
         raw_unique = (
@@ -295,9 +295,11 @@ class AsyncClient:
         if len(raw_unique) > MAX_UNIQUE:
             raise ValueError(f"unique keys are at most {MAX_UNIQUE} bytes")
         raw_function = function.encode()
-        if not raw_function or b"\0" in raw_function + raw_unique:
+        # `0 in`, a byte value: with a bytes needle, `in` first tries it as an int, and the
+        # TypeError it raises and swallows costs more than the search.
+        if not raw_function or 0 in raw_function or 0 in raw_unique:
             raise ValueError("function names must be non-empty; neither may contain NUL")
-        return Request(raw_function, raw_unique, to_bytes(payload), priority, background, listener)
+        return Request(encode_request(ptype, raw_function, raw_unique, to_bytes(payload)), listener)
 
     def _start(self, unique: str | None) -> int:
         """The first server to try: by unique key, so equal keys meet; else round robin."""
@@ -330,20 +332,45 @@ class AsyncClient:
             await asyncio.sleep(min(self.backoff * 2 ** (passes - 1), self.backoff_cap))
 
     async def _execute(self, requests: list[Request], start: int) -> list[object]:
-        """Lazy Pirate: send what is unfinished to the next server until all is done."""
-        outcomes: list[object] = [None] * len(requests)
-        todo = list(range(len(requests)))
+        """Lazy Pirate: send what is unfinished to the next server until all is done.
+
+        The first attempt on a server that is already connected, by far the usual case, runs
+        here; the retry loop only when it is needed."""
+        session = self._sessions.get(start % len(self.servers))
+        if session is None or not session.alive:
+            return await self._attempts(requests, start, [])
+        outcomes = await session.run(requests, self.timeout)
+        for outcome in outcomes:
+            if isinstance(outcome, ServerUnavailable):
+                return await self._attempts(requests, start, outcomes)
+        return outcomes
+
+    async def _attempts(
+        self, requests: list[Request], start: int, first: list[object]
+    ) -> list[object]:
+        """The attempts after `first`, the outcomes of the first (empty: not made yet)."""
         error: ServerUnavailable | None = None
-        for attempt in range(self.retries + 1):
+        outcomes: list[object] = first or [None] * len(requests)
+        todo = [i for i, outcome in enumerate(first) if isinstance(outcome, ServerUnavailable)]
+        if not first:
+            todo = list(range(len(requests)))
+        for attempt in range(1 if first else 0, self.retries + 1):
             if attempt:
+                if todo and error is None:  # the first attempt failed in `_execute`
+                    error = cast(ServerUnavailable, outcomes[todo[0]])
+                if self._closed:
+                    raise ServerUnavailable("the client was closed")
+                log.warning(
+                    "%d job(s) not done on %s (%s); retrying",
+                    len(todo),
+                    self.servers[(start + attempt - 1) % len(self.servers)],
+                    error,
+                )
                 await self._pause(attempt)
             index = (start + attempt) % len(self.servers)
             try:
-                session = self._sessions.get(index)
-                if session is None or not session.alive:
-                    session = await self._session(index)
-                batch = requests if len(todo) == len(requests) else [requests[i] for i in todo]
-                results = await session.run(batch, self.timeout)
+                session = await self._session(index)
+                results = await session.run([requests[i] for i in todo], self.timeout)
             except ServerUnavailable as exc:
                 results = [exc] * len(todo)
             retry = []
@@ -353,14 +380,9 @@ class AsyncClient:
                     error = result
                 else:
                     outcomes[i] = result
-            todo = retry
-            if not todo:
+            if not retry:
                 return outcomes
-            if self._closed:
-                raise ServerUnavailable("the client was closed")
-            log.warning(
-                "%d job(s) not done on %s (%s); retrying", len(todo), self.servers[index], error
-            )
+            todo = retry
         raise ServerUnavailable(f"gave up after {self.retries + 1} attempt(s): {error}")
 
     async def _ask(self, index: int, data: bytes, reply: PacketType) -> tuple[bytes, ...]:

@@ -91,7 +91,7 @@ class Connection(asyncio.BufferedProtocol):
         self.address = address
         self._batch = batch or 1 << 62
         self.name = format_address(address)
-        self._on_packet = on_packet
+        self.on_packet = on_packet  # the owner's handler; it may hand over to another
         self._after_read = after_read
         self._decoder = Decoder(server_side=False)
         self._buffer = memoryview(bytearray(READ_BUFFER))
@@ -108,6 +108,9 @@ class Connection(asyncio.BufferedProtocol):
         self.heard_anything = False
         self.error: BaseException | None = None
         self.closed: asyncio.Future[None] = self._loop.create_future()
+        #: Connected and `closed` not resolved yet: an attribute, not a property, because
+        #: every packet sent checks it.
+        self.is_open = False
 
     @classmethod
     async def open(
@@ -137,15 +140,12 @@ class Connection(asyncio.BufferedProtocol):
             raise ServerUnavailable(f"cannot connect to {conn.name}: {exc or 'timed out'}") from exc
         return conn
 
-    @property
-    def is_open(self) -> bool:
-        return self._transport is not None and not self.closed.done()
-
     # ------------------------------------------------------------ asyncio.BufferedProtocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Not an isinstance check: uvloop's transports do not subclass asyncio.Transport.
         self._transport = cast(asyncio.Transport, transport)
+        self.is_open = not self.closed.done()
         sock = transport.get_extra_info("socket")
         if sock is not None:
             # Requests are small and latency-bound; do not let Nagle hold them back.
@@ -167,7 +167,7 @@ class Connection(asyncio.BufferedProtocol):
             self._write_out()
 
     def _handle(self, messages: list[Message]) -> None:
-        on_packet = self._on_packet
+        on_packet = self.on_packet
         message: Message | None = None
         try:
             for message in messages:
@@ -196,6 +196,7 @@ class Connection(asyncio.BufferedProtocol):
         if self.error is None and exc is not None:
             self.error = exc
         self._out.clear()
+        self.is_open = False
         if not self.closed.done():
             self.closed.set_result(None)
 
@@ -278,6 +279,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._transport is not None:
             self._transport.abort()
         elif not self.closed.done():
+            self.is_open = False
             self.closed.set_result(None)
 
     async def close(self, timeout: float = 5.0) -> None:

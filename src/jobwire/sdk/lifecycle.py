@@ -184,4 +184,7 @@ if sys.version_info >= (3, 12):
         return asyncio.Task(work, loop=asyncio.get_running_loop(), eager_start=True)
 
 else:
-    _task = asyncio.create_task
+
+    def _task(work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        # The loop's own method: `asyncio.create_task` adds a Python-level call and a name.
+        return asyncio.get_running_loop().create_task(work)

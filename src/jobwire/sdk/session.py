@@ -100,10 +100,10 @@ class Batch:
 
     __slots__ = ("done", "left", "outcomes")
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, loop: asyncio.AbstractEventLoop) -> None:
         self.outcomes: list[object] = [_UNSET] * size
         self.left = size
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.done: asyncio.Future[None] = loop.create_future()
 
     def settle(self, index: int, outcome: object) -> None:
         """Record the first outcome of request `index`; later ones are ignored."""
@@ -137,10 +137,6 @@ class Listener:
         self.index = 0
         self.handle: str | None = None
 
-    def arm(self, batch: Batch, index: int) -> None:
-        """Report to `batch` from now on (a retry is a new job on the server)."""
-        self.batch, self.index, self.handle = batch, index, None
-
     def packet(self, packet: Packet, handle: str) -> None:
         kind, args = packet.type, packet.args
         if kind == _WORK_COMPLETE:
@@ -171,18 +167,23 @@ class Listener:
             self.batch.settle(self.index, error)
 
 
-@dataclass(slots=True)
 class Request:
-    function: bytes
-    unique: bytes
-    payload: bytes
-    priority: Priority
-    background: bool
-    listener: Listener | None = None
+    """One submission, encoded once: a retry sends the same bytes (and so the same unique
+    key) to the next server."""
 
-    def encode(self) -> bytes:
-        ptype = _SUBMIT[self.priority, self.background]
-        return encode_request(ptype, self.function, self.unique, self.payload)
+    __slots__ = ("listener", "packet")
+
+    def __init__(self, packet: bytes, listener: Listener | None = None) -> None:
+        self.packet = packet
+        self.listener = listener
+
+
+def submit_type(priority: Priority, background: bool) -> PacketType:
+    """The SUBMIT_JOB variant; ValueError for an unknown priority."""
+    ptype = _SUBMIT.get((priority, background))
+    if ptype is None:
+        raise ValueError(f"priority must be normal, high or low, not {priority!r}")
+    return ptype
 
 
 # A pending reply: the packet type expected, by when (loop time), and who gets it: a future
@@ -210,16 +211,12 @@ class Session:
 
     @classmethod
     async def open(cls, address: str, timeout: float, heartbeat: float | None) -> Session:
-        session: Session | None = None
-
-        def on_packet(packet: Packet) -> None:
-            assert session is not None
-            session.packet(packet)
-
         conn = await Connection.open(
-            parse_address(address), on_packet, timeout=timeout, heartbeat=heartbeat
+            parse_address(address), _unrouted, timeout=timeout, heartbeat=heartbeat
         )
         session = cls(conn, timeout)
+        # Nothing can be read before this: the server speaks only when spoken to.
+        conn.on_packet = session.packet
         # Ask for WORK_EXCEPTION (gearmand sends plain WORK_FAIL otherwise). Replies come in
         # order, so nothing needs to wait for OPTION_RES; a server without the option answers
         # ERROR, which is fine: exceptions then arrive as failures.
@@ -259,11 +256,14 @@ class Session:
 
     def packet(self, packet: Packet) -> None:
         kind = packet.type
+        if kind == _WORK_COMPLETE:  # the commonest, first
+            handle = packet.args[0].decode("utf-8", "surrogateescape")
+            for each in self.listeners.pop(handle, ()):
+                each.packet(packet, handle)
+            return
         if kind in _WORK:
             # gearmand ends a WORK_FAIL it converted from an exception with a NUL.
-            raw = packet.args[0]
-            if kind != _WORK_COMPLETE:
-                raw = raw.split(b"\0", 1)[0]
+            raw = packet.args[0].split(b"\0", 1)[0]
             handle = raw.decode("utf-8", "surrogateescape")
             if kind in _FINAL:
                 waiting = self.listeners.pop(handle, ())
@@ -323,19 +323,20 @@ class Session:
             self.timeout = timeout
         # One write for the whole batch: pipelining is the point of submit_many.
         self.conn.write(
-            requests[0].encode()
+            requests[0].packet
             if len(requests) == 1
-            else b"".join(request.encode() for request in requests)
+            else b"".join([request.packet for request in requests])
         )
-        batch = Batch(len(requests))
+        batch = Batch(len(requests), self._loop)
         deadline = self._loop.time() + self.timeout
         pend = self.pending.append
         for index, request in enumerate(requests):
             listener = request.listener
-            if listener is not None:
-                listener.arm(batch, index)
+            if listener is not None:  # arm it: report to this batch (a retry is a new job)
+                listener.batch, listener.index, listener.handle = batch, index, None
             pend((_JOB_CREATED, deadline, batch, index, listener))
-        self._watch()
+        if self._watchdog is None:
+            self._watch()
         try:
             await batch.done
         finally:
@@ -344,6 +345,10 @@ class Session:
                     if request.listener is not None and request.listener.batch is batch:
                         self.forget(request.listener)
         return batch.outcomes
+
+
+def _unrouted(packet: Packet) -> None:
+    raise ServerUnavailable(f"unexpected {packet!r} before the session was set up")
 
 
 def _resolve(target: asyncio.Future[Packet] | Batch | None, index: int, outcome: object) -> None:

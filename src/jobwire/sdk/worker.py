@@ -65,6 +65,7 @@ _NO_JOB = P.NO_JOB
 _NOOP = P.NOOP
 _WORK_COMPLETE = P.WORK_COMPLETE
 _GRAB = encode_request(P.GRAB_JOB_UNIQ)
+_RUNNING = WorkerState.RUNNING  # the same hook: checked twice a job
 _ENDING = (WorkerState.TERMINATE, WorkerState.TERMINATED)
 _PRE_SLEEP = encode_request(P.PRE_SLEEP)
 _RESET = encode_request(P.RESET_ABILITIES)
@@ -185,7 +186,6 @@ class _Link:
         self.hot = False  # the last GRAB answered brought a job: keep every free slot grabbing
         self.grab_waits = False  # the server holds GRABs until it has a job (jobwire)
         self.registered = False  # abilities sent on this connection
-        self.started = False  # jobs were started during the current read
 
     @property
     def ready(self) -> bool:
@@ -388,7 +388,7 @@ class Worker(Lifecycle[Job]):
             link.grabs = max(0, link.grabs - 1)
             link.wants_grab = link.hot = False  # later news than any NOOP or job before it
             # Sleep only once every GRAB is answered: one still in flight may bring a job.
-            if not link.grabs and self.state is WorkerState.RUNNING:
+            if not link.grabs and self.state is _RUNNING:
                 assert link.conn is not None
                 link.conn.send(_PRE_SLEEP)
         elif kind == _NOOP:
@@ -409,14 +409,10 @@ class Worker(Lifecycle[Job]):
 
     def _after_read(self, link: _Link) -> None:
         self._settle()
-        if link.started and link.conn is not None:
-            # The jobs just started run on the next loop turn; write their results then.
-            link.started = False
-            link.conn.flush_later()
 
     def _settle(self) -> None:
         """After any change in jobs or grabs: grab if running, else unregister what is idle."""
-        if self.state is WorkerState.RUNNING:
+        if self.state is _RUNNING:
             self._dispatch()
         else:
             self._unregister_idle()
@@ -425,9 +421,18 @@ class Worker(Lifecycle[Job]):
         """Grab on servers that may have work, while slots are free, one GRAB per server and
         round (rotating for fairness); a hot server gets more rounds, a cold one a single probe.
         The GRABs are queued, not written: they go out with this turn's results."""
-        if self.state is not WorkerState.RUNNING:
+        if self.state is not _RUNNING:
             return
         links = self._links
+        if len(links) == 1:  # the usual shape, and this runs after every job: no rounds
+            link = links[0]
+            free = self.concurrency - len(self._running) - link.grabs
+            if free > 0 and link.wants_grab and (link.hot or not link.grabs) and link.ready:
+                assert link.conn is not None
+                count = free if link.hot else 1
+                link.conn.send(_GRAB * count)
+                link.grabs += count
+            return
         free = self.concurrency - len(self._running) - sum(lk.grabs for lk in links)
         count = len(links)
         granted = True
@@ -465,24 +470,17 @@ class Worker(Lifecycle[Job]):
             link.conn,
             self._loop,
         )
-        self._launch(job, self._run_job(job, handle))
-        link.started = True
+        task = self.tasks.get(job.function)
+        if task is None:  # the server sent a function we never registered
+            log.warning("no task for %s; failing job %s", job.function, job.handle)
+            job._finish(encode_request(P.WORK_FAIL, handle))
+        elif task.timeout is None and task.is_async:
+            self._launch(job, self._run_async(job, handle, task))
+        else:
+            self._launch(job, self._run_guarded(job, handle, task))
 
     def _job_ended(self) -> None:
         self._settle()
-
-    async def _run_job(self, job: Job, handle: bytes) -> None:
-        try:
-            task = self.tasks.get(job.function)
-            if task is None:  # the server sent a function we never registered
-                log.warning("no task for %s; failing job %s", job.function, job.handle)
-                job._finish(encode_request(P.WORK_FAIL, handle))
-            elif task.timeout is None and task.is_async:
-                await self._run_async(job, handle, task)
-            else:
-                await self._run_guarded(job, handle, task)
-        finally:
-            self._ended(job)
 
     async def _run_async(self, job: Job, handle: bytes, task: Task[Job]) -> None:
         """The common case, kept lean: an async task without a timeout."""
@@ -494,6 +492,8 @@ class Worker(Lifecycle[Job]):
                 raise
         else:
             job._finish(encode_request(_WORK_COMPLETE, handle, result))
+        finally:
+            self._ended(job)
 
     async def _run_guarded(self, job: Job, handle: bytes, task: Task[Job]) -> None:
         """A thread task, or one with a timeout."""
@@ -511,6 +511,8 @@ class Worker(Lifecycle[Job]):
             job._finish(encode_request(_WORK_COMPLETE, handle, result))
             if _debug():
                 log.debug("job %s (%s) done", job.handle, job.function)
+        finally:
+            self._ended(job)
 
     @staticmethod
     def _failed(job: Job, handle: bytes, exc: BaseException, *, timed_out: bool) -> None:
