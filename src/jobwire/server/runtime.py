@@ -29,6 +29,8 @@ class Runtime:
         self._timer_at: float | None = None
         self._dirty: list[Flushable] = []
         self._flush_scheduled = False
+        # Bound once: `self.flush_all` would make a new method object every loop turn.
+        self._flush_all: Callable[[], None] = self.flush_all
         engine.timers.on_earlier = self._arm
         self._rearm()
 
@@ -39,7 +41,7 @@ class Runtime:
         self._dirty.append(conn)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.loop.call_soon(self.flush_all)
+            self.loop.call_soon(self._flush_all)
 
     def flush_all(self) -> None:
         """Write the output of every connection touched in this turn."""
