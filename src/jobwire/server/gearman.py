@@ -262,10 +262,16 @@ class GearmanConnection(asyncio.Protocol):
         if self.durable_replies != durable_before:
             self._hold_until_committed()
         if not was_dirty:
-            # Written at the end of the loop turn, with whatever other reads of this turn
-            # add (a client's JOB_CREATED together with results of its jobs), and after
-            # the events this read made for other connections, which a job waits for.
-            self.server.runtime.mark_dirty(self)
+            runtime = self.server.runtime
+            if runtime.idle_turn and not self.holds:
+                # Nothing else waits for the end of the turn: the replies go now, a loop
+                # pass sooner (on a serial round trip, the worker's JOB_ASSIGN).
+                self.flush()
+            else:
+                # Written at the end of the loop turn, with whatever other reads of this turn
+                # add (a client's JOB_CREATED together with results of its jobs), and after
+                # the events this read made for other connections, which a job waits for.
+                runtime.mark_dirty(self)
 
     def _hold_until_committed(self) -> None:
         """Acknowledge only what is durable: hold the output queued so far until commit."""

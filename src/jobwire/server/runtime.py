@@ -43,6 +43,11 @@ class Runtime:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush_all)
 
+    @property
+    def idle_turn(self) -> bool:
+        """No connection waits for the end of this loop turn to be written."""
+        return not self._dirty
+
     def flush_all(self) -> None:
         """Write the output of every connection touched in this turn."""
         self._flush_scheduled = False
