@@ -234,25 +234,23 @@ def main() -> int:
     parser.add_argument(
         "--role",
         choices=["plain-client", "plain-async-client", "plain-worker", "sdk-client", "sdk-worker"],
+        help="run one side only (the benchmark starts these itself)",
     )
     parser.add_argument("--port", type=int, default=4730)
     parser.add_argument("--jobs", type=int, default=2_000, help="round trips measured")
     parser.add_argument("--base", type=int, default=200, help="round trips of the base run")
     args = parser.parse_args()
-    if args.role == "plain-client":
-        plain_client(args.port, args.jobs)
-        return 0
-    if args.role == "plain-async-client":
-        plain_async_client(args.port, args.jobs)
-        return 0
-    if args.role == "plain-worker":
-        plain_worker(args.port)
-        return 0
-    if args.role == "sdk-client":
-        sdk_client(args.port, args.jobs)
-        return 0
-    if args.role == "sdk-worker":
-        sdk_worker(args.port)
+    if args.role is not None:  # one side of a round trip, in a process of its own
+        clients = {
+            "plain-client": plain_client,
+            "plain-async-client": plain_async_client,
+            "sdk-client": sdk_client,
+        }
+        workers = {"plain-worker": plain_worker, "sdk-worker": sdk_worker}
+        if args.role in clients:
+            clients[args.role](args.port, args.jobs)
+        else:
+            workers[args.role](args.port)
         return 0
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed (apt-get install valgrind)")
