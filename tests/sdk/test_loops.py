@@ -46,6 +46,26 @@ def test_runs_work_in_the_calling_thread() -> None:
     caller.close()
 
 
+def test_the_loop_stops_in_the_turn_its_work_ends() -> None:
+    """No loop turn after the work: run_until_complete would take one more, to run the
+    done callback that stops the loop."""
+    caller = CallerLoop()
+    turns = 0
+
+    def tick() -> None:  # once a turn
+        nonlocal turns
+        turns += 1
+        caller.loop.call_soon(tick)
+
+    async def done_at_once() -> int:
+        return 1
+
+    caller.loop.call_soon(tick)
+    assert caller.run(done_at_once()) == 1
+    assert turns == 1
+    caller.close()
+
+
 def test_a_follower_runs_in_the_leaders_turn() -> None:
     """While one call runs the loop, another thread's call runs on it and returns first."""
     caller = CallerLoop()

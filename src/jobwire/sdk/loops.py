@@ -73,12 +73,16 @@ class CallerLoop:
             lead = not self._leading
             self._leading = True
         if lead:
-            return self._lead(self.loop.create_task(work))
+            return self._lead(self.loop.create_task(_stop_after(work, self.loop)))
         return self._follow(asyncio.run_coroutine_threadsafe(work, self.loop))
 
     def _lead(self, task: asyncio.Task[T]) -> T:
         try:
-            return self.loop.run_until_complete(task)
+            # Not run_until_complete: that stops the loop from a done callback, one loop
+            # iteration after the work ends; the work stops the loop itself (`_stop_after`).
+            while not task.done():
+                self.loop.run_forever()
+            return task.result()
         except BaseException:
             task.cancel()  # e.g. KeyboardInterrupt: the next turn of the loop ends the work
             raise
@@ -114,6 +118,14 @@ class CallerLoop:
 
     def close(self) -> None:
         self.loop.close()
+
+
+async def _stop_after(work: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> T:
+    """`work`, then stop `loop` (which returns from `run_forever` after this iteration)."""
+    try:
+        return await work
+    finally:
+        loop.stop()
 
 
 def _in_helper_thread(call: Callable[[], T]) -> T:
