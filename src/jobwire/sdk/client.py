@@ -350,9 +350,11 @@ class AsyncClient:
     ) -> list[object]:
         """The attempts after `first`, the outcomes of the first (empty: not made yet)."""
         error: ServerUnavailable | None = None
-        outcomes: list[object] = first or [None] * len(requests)
-        todo = [i for i, outcome in enumerate(first) if isinstance(outcome, ServerUnavailable)]
-        if not first:
+        if first:
+            outcomes = first
+            todo = [i for i, outcome in enumerate(first) if isinstance(outcome, ServerUnavailable)]
+        else:
+            outcomes = [None] * len(requests)
             todo = list(range(len(requests)))
         for attempt in range(1 if first else 0, self.retries + 1):
             if attempt:

@@ -348,7 +348,7 @@ class Worker(Lifecycle[Job]):
                     functools.partial(self._on_packet, link),
                     timeout=self.connect_timeout,
                     heartbeat=self.heartbeat,
-                    after_read=functools.partial(self._after_read, link),
+                    after_read=self._settle,  # after every read: grab for what is free
                     batch=self._batch,
                 )
             except ServerUnavailable as exc:
@@ -406,9 +406,6 @@ class Worker(Lifecycle[Job]):
             log.log(level, "%s: ERROR %s %s", link.name, code, text)
         else:
             log.debug("%s: ignoring %r", link.name, packet)
-
-    def _after_read(self, link: _Link) -> None:
-        self._settle()
 
     def _settle(self) -> None:
         """After any change in jobs or grabs: grab if running, else unregister what is idle."""
