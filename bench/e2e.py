@@ -920,15 +920,13 @@ async def _jobwire_latency(args: argparse.Namespace) -> dict[str, Any]:
     async with AsyncClient([args.server]) as client:
         for _ in range(args.warm):
             await client.submit("noop")
-        lat: list[float] = []
-        cpu0 = _cpu()
-        end = time.monotonic() + args.budget
+        trips = RoundTrips(args)
         clock = time.perf_counter
-        while len(lat) < args.jobs and time.monotonic() < end:
+        while trips.more():
             start = clock()
             await client.submit("noop")
-            lat.append((clock() - start) * 1e6)
-        return {"lat_us": lat, "cpu_s": _cpu() - cpu0}
+            trips.took(start)
+        return trips.result()
 
 
 def _jobwire_latency_blocking(args: argparse.Namespace) -> dict[str, Any]:
@@ -938,20 +936,38 @@ def _jobwire_latency_blocking(args: argparse.Namespace) -> dict[str, Any]:
         return time_round_trips(lambda: client.submit("noop"), args)
 
 
+class RoundTrips:
+    """The latency role's bookkeeping: `args.jobs` round trips, or `args.budget` seconds."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.lat: list[float] = []
+        self.jobs: int = args.jobs
+        self.end: float = time.monotonic() + args.budget
+        self.cpu0 = _cpu()
+
+    def more(self) -> bool:
+        return len(self.lat) < self.jobs and time.monotonic() < self.end
+
+    def took(self, start: float) -> None:
+        """One round trip, started at `start` (time.perf_counter), has ended."""
+        self.lat.append((time.perf_counter() - start) * 1e6)
+
+    def result(self) -> dict[str, Any]:
+        return {"lat_us": self.lat, "cpu_s": _cpu() - self.cpu0}
+
+
 def time_round_trips(once: Callable[[], object], args: argparse.Namespace) -> dict[str, Any]:
     """Call `once` (one blocking round trip) `args.warm` times, then time it `args.jobs`
     times or for `args.budget` seconds; the latency role's output."""
     for _ in range(args.warm):
         once()
-    lat: list[float] = []
-    cpu0 = _cpu()
-    end = time.monotonic() + args.budget
+    trips = RoundTrips(args)
     clock = time.perf_counter
-    while len(lat) < args.jobs and time.monotonic() < end:
+    while trips.more():
         start = clock()
         once()
-        lat.append((clock() - start) * 1e6)
-    return {"lat_us": lat, "cpu_s": _cpu() - cpu0}
+        trips.took(start)
+    return trips.result()
 
 
 # ---------------------------------------------------------------------------- report
