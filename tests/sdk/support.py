@@ -79,7 +79,13 @@ def fresh_worker(servers: Sequence[str], **options: Any) -> Worker:
 @contextmanager
 def worker_thread(servers: Sequence[str], **options: Any) -> Iterator[Worker]:
     """A worker serving in a background thread (no signals there); stopped on exit."""
-    worker = fresh_worker(servers, **options)
+    with serving(fresh_worker(servers, **options)) as worker:
+        yield worker
+
+
+@contextmanager
+def serving(worker: Worker) -> Iterator[Worker]:
+    """`worker` serving in a background thread; stopped on exit."""
     thread = threading.Thread(target=worker.run, name="test-worker", daemon=True)
     thread.start()
     try:

@@ -3,6 +3,7 @@ workers and restarted servers (Paranoid Pirate)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -11,7 +12,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from jobwire import Client
+from jobwire import Client, Job
 from jobwire.protocols.gearman import PacketType
 from jobwire.sdk.worker import server_timeout_ms
 from tests.interop.gearman_raw import status, wait_until
@@ -20,6 +21,8 @@ from tests.sdk.support import (
     Markers,
     client_thread,
     fake_server,
+    fresh_worker,
+    serving,
     wait_status,
     wait_workers,
     worker_processes,
@@ -114,6 +117,29 @@ def test_with_grab_waits_every_free_slot_waits_on_the_server_and_none_sleeps() -
             assert sent[:2] == [P.SET_CLIENT_ID, P.OPTION_REQ]
             assert sent.count(P.GRAB_JOB_UNIQ) == 3
             assert P.PRE_SLEEP not in sent
+
+
+def test_a_job_that_never_waits_is_answered_in_the_loop_turn_it_ran() -> None:
+    """The result goes out in the turn the job's task first runs: a flush queued when the
+    task started runs behind its first step. Queued by the step itself, it would run a turn
+    later, so a callback the task queues for the next turn would still find the result
+    unsent."""
+    unsent: list[int] = []
+
+    async def quick(job: Job) -> bytes:
+        conn = job._conn
+        asyncio.get_running_loop().call_soon(lambda: unsent.append(len(conn._out)))
+        return b"done"
+
+    with fake_server() as server:
+        server.grab_waits = True
+        server.jobs = [(b"quick", b"")]
+        worker = fresh_worker([server.address])
+        worker.add_task("quick", quick)
+        with serving(worker):
+            wait_until(lambda: P.WORK_COMPLETE in server.types(0), "the result")
+            wait_until(lambda: unsent, "the next turn")
+    assert unsent == [0]
 
 
 def test_reconnect_backoff_doubles_up_to_the_cap(caplog: pytest.LogCaptureFixture) -> None:

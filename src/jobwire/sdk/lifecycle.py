@@ -105,7 +105,8 @@ class Lifecycle(Generic[J]):
     def _launch(self, job: J, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` in its own Task (started at once where asyncio can: Python 3.12+); `work`
         must call `_ended(job)` when it is over, so no done callback is needed."""
-        task = _task(work)
+        assert self._loop is not None
+        task = _task(self._loop, work)
         if not task.done():  # an eager task may already have finished
             self._running[job] = task
 
@@ -178,13 +179,18 @@ class Lifecycle(Generic[J]):
 
 if sys.version_info >= (3, 12):
 
-    def _task(work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def _task(
+        loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, None]
+    ) -> asyncio.Task[None]:
         # Eager: runs up to its first real suspension now, so a job that never waits costs no
         # loop turn, and its result goes out with the read that brought it.
-        return asyncio.Task(work, loop=asyncio.get_running_loop(), eager_start=True)
+        return asyncio.Task(work, loop=loop, eager_start=True)
 
 else:
 
-    def _task(work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        # The loop's own method: `asyncio.create_task` adds a Python-level call and a name.
-        return asyncio.get_running_loop().create_task(work)
+    def _task(
+        loop: asyncio.AbstractEventLoop, work: Coroutine[Any, Any, None]
+    ) -> asyncio.Task[None]:
+        # The loop's own method: `asyncio.create_task` adds a Python-level call and a name;
+        # the loop is passed in, as `get_running_loop()` makes a getpid() system call.
+        return loop.create_task(work)
