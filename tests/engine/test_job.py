@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from jobwire.engine import PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL, Job, JobState
+import gc
+from collections.abc import Callable
+
+import pytest
+
+from jobwire import native
+from jobwire.engine import PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL, Engine, Job, JobState
 from jobwire.engine.job import TERMINAL_STATES
-from tests.engine.fakes import Harness
+from tests.engine.fakes import Harness, RecordingSubscriber
 
 
 def test_defaults() -> None:
@@ -48,3 +54,42 @@ def test_retries_count_returns_to_the_queue(h: Harness) -> None:
     assert job.retries == 1  # second attempt running
     h.engine.complete(job, b"")
     assert job.retries == 1  # finished on its second attempt
+
+
+def test_a_compiled_job_is_not_tracked_by_the_cyclic_gc() -> None:
+    """Compiled, queued jobs cost the collector nothing (`@mypyc_attr(acyclic=True)`); the
+    interpreted class is an ordinary tracked object."""
+    compiled = native.status().startswith("compiled")
+    assert gc.is_tracked(Job("H:1", "f", b"")) is not compiled
+
+
+ENDINGS: dict[str, Callable[[Engine, Job], None]] = {
+    "complete": lambda engine, job: engine.complete(job, b"ok"),
+    "fail": lambda engine, job: engine.fail(job),
+    "exception": lambda engine, job: engine.exception(job, b"boom"),
+    "cancel": lambda engine, job: engine.cancel(job),
+}
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_an_ended_job_keeps_no_link_back_to_its_worker_or_client(h: Harness, ending: str) -> None:
+    """What makes a Job acyclic: the references that lead back to it (its worker's jobs,
+    its waiting client) are cut when it ends, so no garbage cycle runs through a job."""
+    worker = h.worker("f")
+    client = RecordingSubscriber()
+    job, _ = h.engine.submit("f", b"", background=False, subscriber=client)
+    assert h.engine.grab(worker.session) is job
+    assert (job.worker, job.subscribers) == (worker.session, [client])
+    ENDINGS[ending](h.engine, job)
+    assert (job.worker, job.subscribers) == (None, None)
+    assert job.id not in worker.session.jobs
+
+
+def test_a_job_whose_client_and_worker_left_keeps_no_link_back(h: Harness) -> None:
+    worker = h.worker("f")
+    client = RecordingSubscriber()
+    job, _ = h.engine.submit("f", b"", subscriber=client)  # background: it outlives the client
+    assert h.engine.grab(worker.session) is job
+    h.engine.unsubscribe(job, client)
+    h.engine.remove_worker(worker.session)
+    assert (job.worker, job.subscribers) == (None, None)
