@@ -102,13 +102,16 @@ class Lifecycle(Generic[J]):
         finally:
             await shutdown()
 
-    def _launch(self, job: J, work: Coroutine[Any, Any, None]) -> None:
+    def _launch(self, job: J, work: Coroutine[Any, Any, None]) -> bool:
         """Run `work` in its own Task (started at once where asyncio can: Python 3.12+); `work`
-        must call `_ended(job)` when it is over, so no done callback is needed."""
+        must call `_ended(job)` when it is over, so no done callback is needed. True if the
+        task is still running (an eager task may already have finished)."""
         assert self._loop is not None
         task = _task(self._loop, work)
-        if not task.done():  # an eager task may already have finished
-            self._running[job] = task
+        if task.done():
+            return False
+        self._running[job] = task
+        return True
 
     def _ended(self, job: J) -> None:
         self._running.pop(job, None)

@@ -471,16 +471,16 @@ class Worker(Lifecycle[Job]):
         if task is None:  # the server sent a function we never registered
             log.warning("no task for %s; failing job %s", job.function, job.handle)
             job._finish(encode_request(P.WORK_FAIL, handle))
+            return
+        if task.timeout is None and task.is_async:
+            work = self._run_async(job, handle, task)
         else:
-            if task.timeout is None and task.is_async:
-                self._launch(job, self._run_async(job, handle, task))
-            else:
-                self._launch(job, self._run_guarded(job, handle, task))
-            if job in self._running:
-                # Its first step runs in the next loop turn. A flush queued now runs in that
-                # turn too, behind the step: a job that ends in its first step has its result
-                # written then, not from a flush that step would queue for the turn after.
-                link.conn.flush_later()
+            work = self._run_guarded(job, handle, task)
+        if self._launch(job, work):
+            # Its first step runs in the next loop turn. A flush queued now runs in that turn
+            # too, behind the step: a job that ends in its first step has its result written
+            # then, not from a flush that step would queue for the turn after.
+            link.conn.flush_later()
 
     def _job_ended(self) -> None:
         self._settle()
