@@ -129,6 +129,7 @@ def main() -> None:
     enqueue_on_loop(submits, "enqueue, memory, loop")
     enqueue_on_loop(submits, "enqueue, with event log", events=True)
     enqueue_on_loop(submits, "enqueue, sqlite no sync", durable=True)
+    enqueue_on_loop(submits, "enqueue, sqlite, event log", events=True, durable=True)
 
 
 def enqueue_on_loop(
@@ -143,7 +144,8 @@ def enqueue_on_loop(
         store = SQLiteStore(Path(directory) / "micro.db", fsync="off") if durable else None
         engine = Engine(EngineConfig(handle_prefix="H:bench"), store=store)
         if events:
-            engine.observers.append(EventLog(clock=engine.clock).observe)
+            # as the HTTP listener sets it
+            engine.event_log = EventLog(clock=engine.clock)
         runtime = Runtime(engine, loop)
         server = GearmanServer(runtime, GearmanOptions())
         client = connect(server)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, cast
 
+from mypy_extensions import i64
+
 from jobwire import __version__
 from jobwire.engine import (
     PRIORITY_HIGH,
@@ -98,17 +100,26 @@ _JOB_CREATED_HEADS: Final = [encode(_JOB_CREATED, bytes(size))[:12] for size in 
 
 # The hot path reads headers and finds separators with these instead of struct and split:
 # compiled, indexing bytes is a native operation, and no intermediate objects are made.
+# Compiled, `i64` values are machine integers: no overflow checks or boxing inside. They
+# take and return `int`, as slicing with an `i64` index would take the generic path.
 def _u32(data: bytes, pos: int) -> int:
     """The big-endian 32-bit integer at data[pos:pos + 4]."""
-    return (data[pos] << 24) | (data[pos + 1] << 16) | (data[pos + 2] << 8) | data[pos + 3]
+    at: i64 = pos
+    b0: i64 = data[at]
+    b1: i64 = data[at + 1]
+    b2: i64 = data[at + 2]
+    b3: i64 = data[at + 3]
+    return (b0 << 24) | (b1 << 16) | (b2 << 8) | b3
 
 
 def _find_nul(data: bytes, pos: int, stop: int) -> int:
     """The index of the first NUL byte in data[pos:stop], or -1."""
-    while pos < stop:
-        if data[pos] == 0:
-            return pos
-        pos += 1
+    at: i64 = pos
+    end: i64 = stop
+    while at < end:
+        if data[at] == 0:
+            return at
+        at += 1
     return -1
 
 
