@@ -140,6 +140,9 @@ class Engine:
         self.jobs = JobIndex(self._handle_prefix)
         self.uniques: dict[UniqueKey, Job] = {}
         self.functions: dict[str, FunctionInfo] = {}
+        # Grows when a lane is made or a function dropped: workers then find their lanes
+        # again (`_find_lanes`); 0 is never current.
+        self._lanes_version = 1
         self.queues: dict[str, QueueInfo] = {}
         self.workers: dict[str, WorkerSession] = {}
         self.timers = TimerHeap()
@@ -182,6 +185,7 @@ class Engine:
         if lane is None:
             lane = fn.lane(queue)
             self.queue(queue).lanes[fn.name] = lane
+            self._lanes_version += 1  # workers of `fn` may take from it
         return lane
 
     def drop_function(self, name: str) -> None:
@@ -190,6 +194,7 @@ class Engine:
         if fn.workers or fn.total:
             raise IllegalTransition("there are still connected workers or executing clients")
         del self.functions[name]
+        self._lanes_version += 1
         for queue_name in fn.lanes:
             info = self.queues.get(queue_name)
             if info is not None:
@@ -481,6 +486,7 @@ class Engine:
         self, worker: WorkerSession, function: str, timeout: float | None = None
     ) -> None:
         worker.abilities[function] = timeout
+        worker.lanes_version = 0
         fn = self.function(function)
         fn.workers[worker] = None
 
@@ -488,6 +494,7 @@ class Engine:
         if function not in worker.abilities:
             return
         del worker.abilities[function]
+        worker.lanes_version = 0
         fn = self.functions.get(function)
         if fn is not None:
             fn.workers.pop(worker, None)
@@ -514,20 +521,36 @@ class Engine:
         capacity = worker.capacity
         if worker.state is not _RUNNING or (capacity is not None and len(worker.jobs) >= capacity):
             return None
-        functions = self.functions
-        queues = worker.queues
+        if worker.lanes_version != self._lanes_version:
+            self._find_lanes(worker)
         best_lane: Lane | None = None
         best: Job | None = None
+        for lane in worker.lanes:
+            if lane.count:
+                head = lane.head()
+                if head is not None and _better(head, best):
+                    best, best_lane = head, lane
+        return best_lane
+
+    def _find_lanes(self, worker: WorkerSession) -> None:
+        """Work out the lanes `worker` may take jobs from, in the order of its abilities.
+
+        Every grab and sleep looks at them: walking the worker's abilities and each one's
+        lanes (two dicts) every time cost more than the rest of a grab. They change only
+        when a lane is made or a function dropped (`_lanes_version`), or when the worker's
+        abilities or queues change (which reset its own version).
+        """
+        functions = self.functions
+        queues = worker.queues
+        lanes: list[Lane] = []
         for name in worker.abilities:
             fn = functions.get(name)
-            if fn is None:
-                continue
-            for lane in fn.lanes.values():
-                if lane.count and (queues is None or lane.queue in queues):
-                    head = lane.head()
-                    if head is not None and _better(head, best):
-                        best, best_lane = head, lane
-        return best_lane
+            if fn is not None:
+                for lane in fn.lanes.values():
+                    if queues is None or lane.queue in queues:
+                        lanes.append(lane)
+        worker.lanes = lanes
+        worker.lanes_version = self._lanes_version
 
     def grab(self, worker: WorkerSession) -> Job | None:
         """PULL: lease the best job the worker can do, or None."""

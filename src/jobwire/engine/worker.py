@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from jobwire.engine.job import Job
+    from jobwire.engine.lanes import Lane
 
 
 class Dispatch(IntEnum):
@@ -43,6 +44,7 @@ class WorkerSession:
     """One worker as the engine sees it, whatever protocol it speaks."""
 
     __slots__ = (
+        "_queues",
         "abilities",
         "capacity",
         "credit",
@@ -51,10 +53,11 @@ class WorkerSession:
         "id",
         "info",
         "jobs",
+        "lanes",
+        "lanes_version",
         "last_seen",
         "name",
         "protocol",
-        "queues",
         "state",
         "waiting",
     )
@@ -74,7 +77,11 @@ class WorkerSession:
         self.dispatch = dispatch
         self.name = "-"  # Gearman client id, OJS hostname, ...
         self.abilities: dict[str, float | None] = {}  # function -> lease timeout (s) or None
-        self.queues: frozenset[str] | None = None  # restrict to these queues; None: any
+        self._queues: frozenset[str] | None = None  # restrict to these queues; None: any
+        # The lanes it may take jobs from, as of the engine's `lanes_version` (the engine's
+        # to keep: see `Engine._best_lane`); version 0: to be worked out again.
+        self.lanes: list[Lane] = []
+        self.lanes_version = 0
         self.jobs: dict[str, Job] = {}  # held jobs by id
         self.capacity = capacity  # most jobs held at once; None: unlimited
         self.credit = 0  # PUSH: jobs the worker asked for and has not yet been given
@@ -83,6 +90,15 @@ class WorkerSession:
         # May be in its functions' waiter lists (the engine's to keep; False: surely not).
         self.waiting = False
         self.info: dict[str, Any] = {}  # registration metadata (host, pid, labels, ...)
+
+    @property
+    def queues(self) -> frozenset[str] | None:
+        return self._queues
+
+    @queues.setter
+    def queues(self, queues: frozenset[str] | None) -> None:
+        self._queues = queues
+        self.lanes_version = 0
 
     @property
     def has_room(self) -> bool:
