@@ -182,6 +182,37 @@ def test_queue_restricted_worker_grabs_only_its_queues(h: Harness) -> None:
     assert h.engine.grab(w.session) is None
 
 
+def test_a_worker_sees_a_queue_made_after_its_last_grab(h: Harness) -> None:
+    """Workers keep the list of lanes they take from: a new lane must reach it."""
+    w = h.worker("f")
+    assert h.engine.grab(w.session) is None  # its lanes worked out: none yet
+    h.engine.submit("f", b"default")
+    first = h.engine.grab(w.session)
+    assert first is not None and first.payload == b"default"
+    h.engine.submit("f", b"fast", queue="fast")  # a second lane of `f`
+    second = h.engine.grab(w.session)
+    assert second is not None and second.payload == b"fast"
+
+
+def test_a_worker_sees_its_new_queues_and_abilities_at_the_next_grab(h: Harness) -> None:
+    w = h.worker("f")
+    h.engine.submit("f", b"fast", queue="fast")
+    h.engine.submit("g", b"g")
+    w.session.queues = frozenset({"slow"})
+    assert h.engine.grab(w.session) is None
+    w.session.queues = frozenset({"fast"})
+    job = h.engine.grab(w.session)
+    assert job is not None and job.payload == b"fast"
+    w.session.queues = None
+    assert h.engine.grab(w.session) is None  # `g` is not among its abilities yet
+    h.engine.add_ability(w.session, "g")
+    job = h.engine.grab(w.session)
+    assert job is not None and job.payload == b"g"
+    h.engine.submit("g", b"g2")
+    h.engine.remove_ability(w.session, "g")
+    assert h.engine.grab(w.session) is None
+
+
 # ---------------------------------------------------------------------- PUSH
 
 
