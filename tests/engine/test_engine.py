@@ -58,6 +58,14 @@ def test_submit_creates_an_available_job(h: Harness) -> None:
     assert (fn.available, fn.running, fn.total) == (1, 0, 1)
 
 
+def test_enqueue_stamps_jobs_with_the_time_of_their_read_or_the_clock(h: Harness) -> None:
+    arrived = START - 0.25  # the read that brought the submits, a little earlier
+    job, _ = h.engine.enqueue("f", b"", PRIORITY_NORMAL, True, None, None, arrived)
+    assert job.created_at == arrived
+    job, _ = h.engine.enqueue("f", b"")
+    assert job.created_at == START
+
+
 def test_handles_count_up_globally(h: Harness) -> None:
     ids = [h.engine.submit(name, b"")[0].id for name in ("a", "b", "a")]
     assert ids == ["H:test:1", "H:test:2", "H:test:3"]

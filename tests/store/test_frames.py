@@ -101,9 +101,12 @@ def test_decode_reads_back_every_change_encode_wrote(
     assert kv_read == kv
 
 
-def engine_job(number: int, function: str = "reverse", prefix: str = "H:host:") -> Job:
-    """A job as the engine submits it: its id numbered, its row given on first save."""
-    job = Job(f"{prefix}{number}", function, b"payload %d" % number, created_at=1000.0 + number)
+def engine_job(
+    number: int, function: str = "reverse", prefix: str = "H:host:", created_at: float = 1000.0
+) -> Job:
+    """A job as the engine submits it: its id numbered, its row given on first save, created
+    at the time of the read that brought it (shared with the other submits of that read)."""
+    job = Job(f"{prefix}{number}", function, b"payload %d" % number, created_at=created_at)
     job.number = number
     job.row = number
     return job
@@ -150,10 +153,22 @@ def test_a_run_of_submitted_jobs_is_stored_once_without_their_ids() -> None:
     for number in range(1, 101):
         frame.created(number, engine_job(number))
     body = marshal.loads(frame.finish({}))
-    assert body[1] == [(1, 100, "reverse", "reverse", 0, int(JobState.AVAILABLE), 0, 1, "H:host:")]
-    assert body[3] == []  # no ids: the run's prefix and first number make them
+    available = int(JobState.AVAILABLE)
+    assert body[1] == [(1, 100, "reverse", "reverse", 0, available, 0, 1, "H:host:", 1000.0)]
+    assert body[2] == []  # no ids: the run's prefix and first number make them
     changes, _ = frames.decode(marshal.dumps(body, 2))
-    assert changes[57] is not None and changes[57][1] == "H:host:57"
+    row = (57, "H:host:57", "reverse", "reverse", b"payload 57", 0, available, 0, 1000.0)
+    assert changes[57] == row
+
+
+def test_the_submits_of_another_read_start_another_run() -> None:
+    frame = frames.FrameBuilder()
+    for number in range(1, 5):
+        frame.created(number, engine_job(number, created_at=1000.0 if number < 3 else 1000.5))
+    body = marshal.loads(frame.finish({}))
+    assert [(run[0], run[1], run[9]) for run in body[1]] == [(1, 2, 1000.0), (3, 2, 1000.5)]
+    changes, _ = frames.decode(frame.finish({}))
+    assert [row[8] for row in changes.values() if row is not None] == [1000.0] * 2 + [1000.5] * 2
 
 
 def test_ids_the_engine_did_not_number_are_stored_whole() -> None:
@@ -168,8 +183,30 @@ def test_ids_the_engine_did_not_number_are_stored_whole() -> None:
     assert [row[1] for row in changes.values() if row is not None] == ["H:host:7", "H:host:8"]
 
 
+def test_frames_with_a_created_at_column_still_decode() -> None:
+    """Written by the release before: a created_at per job, in a column of its own."""
+    body = (
+        3,
+        [(5, 2, "f", "q", 1, 3, 0, 7, "H:x:"), (9, 1, "g", "g", 0, 0, 1, 0, "")],
+        struct.pack("<3d", 1.5, 2.5, 3.5),
+        ["client-id"],
+        [b"x", b"yz", b"w"],
+        {},
+        struct.pack("<q", 11),
+        {("cron", "k"): b"v"},
+    )
+    changes, kv = frames.decode(marshal.dumps(body, 2))
+    assert changes == {
+        5: (5, "H:x:7", "f", "q", b"x", 1, 3, 0, 1.5),
+        6: (6, "H:x:8", "f", "q", b"yz", 1, 3, 0, 2.5),
+        9: (9, "client-id", "g", "g", b"w", 0, 0, 1, 3.5),
+        11: None,
+    }
+    assert kv == {("cron", "k"): b"v"}
+
+
 def test_frames_of_the_earlier_column_format_still_decode() -> None:
-    """Written by the release before: every id in a column, lengths packed beside."""
+    """Written by older releases: every id in a column, lengths packed beside."""
     body = (
         2,
         [(5, 2, "f", "q", 1, 3, 0)],
@@ -207,22 +244,29 @@ def valid_body() -> bytes:
     return frame.finish({})
 
 
-RUN = (1, 2, "f", "f", 0, 0, 0, 0, "")
-NUMBERED_RUN = (1, 2, "f", "f", 0, 0, 0, 1, "H:")
+RUN = (1, 2, "f", "f", 0, 0, 0, 0, "", 1.5)
+NUMBERED_RUN = (1, 2, "f", "f", 0, 0, 0, 1, "H:", 1.5)
+TIMED_RUN = RUN[:9]  # format 3: created_at in a column of its own
+TIMED_NUMBERED_RUN = NUMBERED_RUN[:9]
 
 
 @pytest.mark.parametrize(
     "value",
     [
         "not a tuple",
-        (frames.FORMAT, [], b"", [], []),  # too short
-        (4, [], b"", [], [], {}, b"", {}),  # a format this code does not know
-        (frames.FORMAT, [RUN], b"\0" * 8, ["a"], [b"p"], {}, b"", {}),  # a run of two, one job
-        (frames.FORMAT, [RUN], b"\0" * 16, ["a"], [b"p", b"q"], {}, b"", {}),  # one id short
-        (frames.FORMAT, [NUMBERED_RUN], b"\0" * 16, ["a"], [b"p", b"q"], {}, b"", {}),  # an id over
-        (frames.FORMAT, [], b"\0" * 8, [], [], {}, b"", {}),  # a time no run stands for
-        (frames.FORMAT, [], b"", [], [b"p"], {}, b"", {}),  # a payload no run stands for
-        (frames.FORMAT, [], b"", [], [], {}, b"\0" * 3, {}),  # a key cut short
+        (frames.FORMAT, [], [], []),  # too short
+        (5, [], [], [], {}, b"", {}),  # a format this code does not know
+        (frames.FORMAT, [RUN], ["a"], [b"p"], {}, b"", {}),  # a run of two, one job
+        (frames.FORMAT, [RUN], ["a"], [b"p", b"q"], {}, b"", {}),  # one id short
+        (frames.FORMAT, [NUMBERED_RUN], ["a"], [b"p", b"q"], {}, b"", {}),  # an id over
+        (frames.FORMAT, [TIMED_RUN], ["a", "b"], [b"p", b"q"], {}, b"", {}),  # a run's time short
+        (frames.FORMAT, [], [], [b"p"], {}, b"", {}),  # a payload no run stands for
+        (frames.FORMAT, [], [], [], {}, b"\0" * 3, {}),  # a key cut short
+        (3, [TIMED_RUN], b"\0" * 8, ["a"], [b"p"], {}, b"", {}),  # a run of two, one job
+        (3, [TIMED_RUN], b"\0" * 16, ["a"], [b"p", b"q"], {}, b"", {}),  # one id short
+        (3, [TIMED_NUMBERED_RUN], b"\0" * 16, ["a"], [b"p", b"q"], {}, b"", {}),  # an id over
+        (3, [], b"\0" * 8, [], [], {}, b"", {}),  # a time no run stands for
+        (3, [TIMED_RUN], b"\0" * 8, ["a", "b"], [b"p", b"q"], {}, b"", {}),  # a time short
         (2, [(1, 2, "f", "f", 0, 0, 0)], b"\0" * 16, b"\0" * 8, "", b"", {}, b"", {}),
         (2, [(1, 1, "f", "f", 0, 0, 0)], b"\5" + b"\0" * 15, b"\0" * 8, "", b"", {}, b"", {}),
     ],

@@ -289,11 +289,14 @@ class Engine:
         background: bool = True,
         subscriber: Subscriber | None = None,
         unique: str | None = None,
+        now: float = 0.0,
     ) -> tuple[Job, bool]:
         """`submit` without options other than a unique key: the hot path of every protocol.
 
         Positional arguments only, because keyword arguments cost more than the rest of
-        the call. Returns the job and whether it was created. Raises QueueFull.
+        the call. `now`: when the request arrived (the clock's time, which it reads if 0);
+        the submits of one read share it, and with it their jobs' `created_at`. Returns
+        the job and whether it was created. Raises QueueFull.
         """
         key = None
         if unique:
@@ -313,7 +316,7 @@ class Engine:
             unique,
             priority,
             background,
-            self.clock(),
+            now or self.clock(),
         )
         if self.config.job_retries is not None:
             job.max_attempts = self.config.job_retries

@@ -305,6 +305,7 @@ class GearmanConnection(asyncio.Protocol):
         pos = 0
         end = len(data)
         max_packet = self.decoder.max_packet
+        now = 0.0  # the time of this read's submits: read once, at the first
         while end - pos >= 12:
             start = pos + 12
             size = _u32(data, pos + 8)
@@ -339,12 +340,15 @@ class GearmanConnection(asyncio.Protocol):
                         if nul2 >= 0 and nul2 - nul - 1 <= MAX_UNIQUE:
                             # No *plain: a starred call is a slow generic call once compiled.
                             priority, background = plain
+                            if not now:
+                                now = self.engine.clock()
                             self.submit_plain(
                                 data[start:nul],
                                 data[nul + 1 : nul2],
                                 data[nul2 + 1 : stop],
                                 priority,
                                 background,
+                                now,
                             )
                             pos = stop
                             continue
@@ -611,6 +615,7 @@ class GearmanConnection(asyncio.Protocol):
         payload: bytes,
         priority: int,
         background: bool,
+        now: float,
     ) -> None:
         """`submit` without options (the hot path); the caller checked the unique id's size."""
         try:
@@ -621,6 +626,7 @@ class GearmanConnection(asyncio.Protocol):
                 background,
                 None if background else self,
                 _decode(raw_unique) if raw_unique else None,
+                now,
             )
         except QueueFull as exc:
             self.error("QUEUE_ERROR", str(exc))

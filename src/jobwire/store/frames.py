@@ -4,29 +4,29 @@ The store builds each batch's frame on the event loop thread, as the engine tell
 changes, so the encoding is built for the common case, a plain job (no unique id, attempt
 limit, run time, reducer or protocol attributes) among others like it. A new job is added
 to the frame's columns when it is saved (`FrameBuilder.created`), while the loop has it at
-hand; consecutive plain jobs that share their function, queue, priority, state and
-attempts, with consecutive row keys (the jobs a client just submitted), form a run that is
-stored once. When the engine numbered their ids (`PREFIX:N`) with consecutive numbers, the
-run stores the prefix and the first number instead of the ids. Later changes of jobs are
-kept by key and encoded when the frame is finished, after the new jobs, so the latest
-record of a job wins when the frame is read back (at start and in checkpoints, off the
-loop), which rebuilds the rows SQLite is given.
+hand; consecutive plain jobs that share their function, queue, priority, state, attempts
+and creation time (the submits of one read share it: `Engine.enqueue`), with consecutive
+row keys (the jobs a client just submitted), form a run that is stored once. When the
+engine numbered their ids (`PREFIX:N`) with consecutive numbers, the run stores the prefix
+and the first number instead of the ids. Later changes of jobs are kept by key and encoded
+when the frame is finished, after the new jobs, so the latest record of a job wins when
+the frame is read back (at start and in checkpoints, off the loop), which rebuilds the rows
+SQLite is given.
 
 Body: `marshal` (version 2, which keeps no table of shared objects, the cost of the
 version 4 encoding when every payload is also referenced by its job) of
-`(FORMAT, runs, created, ids, payloads, full, deleted, kv)`:
+`(FORMAT, runs, ids, payloads, full, deleted, kv)`:
 
 - `runs`: `(first row key, jobs, function, queue, priority, state, attempts, first
-  number, id prefix)` per run; first number 0: the ids are in `ids`
-- `created` (float64, little-endian) per job of the runs: created_at
+  number, id prefix, created_at)` per run; first number 0: the ids are in `ids`
 - `ids`: the ids of the jobs of runs without numbers
 - `payloads`: per job of the runs
 - `full`: row key -> full row, for the other jobs
 - `deleted` (int64, little-endian): row keys of removed jobs
 - `kv`: key-value changes, (namespace, key) -> value or None
 
-Frames of the two formats before this one (columns with ids, and `marshal` of
-`(changes, kv)`) still decode.
+Frames of the three formats before this one (a created_at column beside the runs; columns
+with ids; and `marshal` of `(changes, kv)`) still decode.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 import marshal
 import struct
+from collections.abc import Iterator
 from typing import Any, Final
 
 from jobwire.engine.job import Job, JobState
@@ -47,14 +48,15 @@ Changes = dict[int, Row | None]
 #: Key-value changes of a batch: (namespace, key) -> value, or None to delete it.
 KVChanges = dict[tuple[str, str], bytes | None]
 
-FORMAT: Final = 3  # the first element of a body; the oldest body began with a dict
+FORMAT: Final = 4  # the first element of a body; the oldest body began with a dict
+_FORMAT_TIMES: Final = 3  # a created_at column beside the runs (decoded, no longer written)
 _FORMAT_IDS: Final = 2  # columns with every id (decoded, no longer written)
 PLAIN_WIDTH: Final = 9  # values in a plain job's row
 FULL_WIDTH: Final = 14  # values in a full row
 _MARSHAL_VERSION: Final = 2
 _LENGTHS, _CREATED, _DELETED = (struct.Struct(f"<{c}") for c in ("qq", "d", "q"))
 #: A run's fields (see the module's docstring).
-Run = tuple[int, int, str, str, int, int, int, int, str]
+Run = tuple[int, int, str, str, int, int, int, int, str, float]
 
 
 def is_plain(job: Job) -> bool:
@@ -112,7 +114,6 @@ class FrameBuilder:
 
     def __init__(self) -> None:
         self.runs: list[Run] = []
-        self.created_at: list[float] = []
         self.ids: list[str] = []
         self.payloads: list[bytes] = []
         #: Jobs changed after they were first saved, and jobs that are not plain, by row
@@ -124,6 +125,7 @@ class FrameBuilder:
         self._function = self._queue = self._prefix = ""
         self._priority = self._attempts = 0
         self._state = JobState.AVAILABLE
+        self._created_at = 0.0
 
     @property
     def empty(self) -> bool:
@@ -155,6 +157,7 @@ class FrameBuilder:
             or job.priority != self._priority
             or job.state is not self._state
             or job.attempts != self._attempts
+            or job.created_at != self._created_at
         ):
             self._end_run()
             prefix = _prefix(job.id, number) if number else None
@@ -163,11 +166,11 @@ class FrameBuilder:
             self._first, self._first_number, self._prefix = key, number, prefix or ""
             self._function, self._queue = job.function, job.queue
             self._priority, self._state, self._attempts = job.priority, job.state, job.attempts
+            self._created_at = job.created_at
         self._count += 1
         if not number:
             self.ids.append(job.id)
         self.payloads.append(job.payload)
-        self.created_at.append(job.created_at)
 
     def _end_run(self) -> None:
         if self._count:
@@ -182,6 +185,7 @@ class FrameBuilder:
                     self._attempts,
                     self._first_number,
                     self._prefix,
+                    self._created_at,
                 )
             )
             self._count = 0
@@ -198,11 +202,9 @@ class FrameBuilder:
             else:
                 full[key] = full_row(job)
         self._end_run()
-        created = self.created_at
         body = (
             FORMAT,
             self.runs,
-            struct.pack(f"<{len(created)}d", *created),
             self.ids,
             self.payloads,
             full,
@@ -221,32 +223,48 @@ def decode(body: bytes) -> tuple[Changes, KVChanges]:
         return value[0], value[1]  # the format before columns
     if len(value) == 9 and value[0] == _FORMAT_IDS:
         return _decode_with_ids(value)
-    if len(value) != 8 or value[0] != FORMAT:
-        raise ValueError("not a batch of changes")
-    _, runs, created, ids, payloads, full, deleted, kv = value
-    changes: Changes = {}
-    try:
+    times: Iterator[tuple[float]] | None = None  # per job (format 3); None: per run
+    if len(value) == 8 and value[0] == _FORMAT_TIMES:
+        _, runs, created, ids, payloads, full, deleted, kv = value
         times = _CREATED.iter_unpack(created)
-        job_at = id_at = 0
-        for first, count, function, queue, priority, state, attempts, number, prefix in runs:
-            for offset in range(count):
-                key = first + offset
-                if number:
-                    job_id = f"{prefix}{number + offset}"
-                else:
-                    job_id = ids[id_at]
-                    id_at += 1
-                (at,) = next(times)
-                payload = payloads[job_at]
-                job_at += 1
-                row = (key, job_id, function, queue, payload, priority, state, attempts, at)
-                changes[key] = row
-        if next(times, None) is not None or job_at != len(payloads) or id_at != len(ids):
-            raise ValueError("columns do not match the runs")
+    elif len(value) == 7 and value[0] == FORMAT:
+        _, runs, ids, payloads, full, deleted, kv = value
+    else:
+        raise ValueError("not a batch of changes")
+    try:
+        changes = _rows_of_runs(runs, ids, payloads, times)
+        if times is not None and next(times, None) is not None:
+            raise ValueError("more times than jobs")
         _add_full_and_deleted(changes, full, deleted)
     except (struct.error, StopIteration, IndexError) as exc:
         raise ValueError(f"bad columns: {exc!r}") from exc
     return changes, kv
+
+
+def _rows_of_runs(
+    runs: list[Any], ids: list[str], payloads: list[bytes], times: Iterator[tuple[float]] | None
+) -> Changes:
+    """The rows of the runs' jobs; their created_at from the runs, or from `times`."""
+    changes: Changes = {}
+    job_at = id_at = 0
+    for run in runs:
+        first, count, function, queue, priority, state, attempts, number, prefix = run[:9]
+        at = run[9] if times is None else 0.0
+        for offset in range(count):
+            key = first + offset
+            if number:
+                job_id = f"{prefix}{number + offset}"
+            else:
+                job_id = ids[id_at]
+                id_at += 1
+            if times is not None:
+                (at,) = next(times)
+            payload = payloads[job_at]
+            job_at += 1
+            changes[key] = (key, job_id, function, queue, payload, priority, state, attempts, at)
+    if job_at != len(payloads) or id_at != len(ids):
+        raise ValueError("columns do not match the runs")
+    return changes
 
 
 def _decode_with_ids(value: tuple[Any, ...]) -> tuple[Changes, KVChanges]:
