@@ -145,6 +145,24 @@ def test_failed_commit_turns_acks_into_errors_and_drops_the_jobs() -> None:
     asyncio.run(main())
 
 
+def test_a_failed_commit_retracts_a_joined_submit_but_keeps_the_job_it_joined() -> None:
+    async def main() -> None:
+        store, engine, conn, transport = await connect()
+        unique = encode_request(T.SUBMIT_JOB_BG, b"f", b"u", b"first")
+        conn.data_received(unique)
+        store.end_turn()
+        store.commit()
+        assert transport.take() == created("H:1")
+        conn.data_received(submit_bg(b"new") + unique)  # a new job, and a join of H:1
+        store.end_turn()
+        store.commit(ok=False)
+        assert transport.take() == NOT_STORED + NOT_STORED
+        assert list(engine.jobs) == ["H:1"]  # the new job is dropped, the joined one stays
+        assert store.removed == ["H:2"]
+
+    asyncio.run(main())
+
+
 def test_a_failed_commit_after_the_client_left_still_drops_its_jobs() -> None:
     async def main() -> None:
         store, engine, conn, transport = await connect()

@@ -37,7 +37,7 @@ from jobwire.engine import (
 from jobwire.engine.schedule import next_run, parse_field
 from jobwire.protocols.gearman import admin
 from jobwire.protocols.gearman.decoder import AdminCommand, Decoder, ProtocolError
-from jobwire.protocols.gearman.packets import NO_JOB, NOOP, Packet, encode
+from jobwire.protocols.gearman.packets import HEADER_SIZE, NO_JOB, NOOP, Packet, encode
 from jobwire.protocols.gearman.packets import PacketType as T
 from jobwire.server.runtime import Runtime
 
@@ -95,7 +95,7 @@ _PLAIN_SUBMITS: Final[dict[int, tuple[int, bool]]] = {
     T.SUBMIT_JOB_LOW_BG: (PRIORITY_LOW, True),
 }
 #: JOB_CREATED headers by handle length, for handles up to 63 bytes (all of ours).
-_JOB_CREATED_HEADS: Final = [encode(_JOB_CREATED, bytes(size))[:12] for size in range(64)]
+_JOB_CREATED_HEADS: Final = [encode(_JOB_CREATED, bytes(size))[:HEADER_SIZE] for size in range(64)]
 
 
 # The hot path reads headers and finds separators with these instead of struct and split:
@@ -185,15 +185,20 @@ Handler = Callable[["GearmanConnection", tuple[bytes, ...]], None]
 
 class _Hold:
     """Output held until a store commit: everything queued before `end`, and the
-    JOB_CREATED replies it holds (their positions, and each job, or None if the submit
-    joined a job that already existed), to retract if the commit fails."""
+    JOB_CREATED replies it holds, to retract if the commit fails: those of new jobs
+    (`created`), and of submits that joined a job that already existed (`joined`, None
+    if there are none, as is most often the case).
 
-    __slots__ = ("end", "jobs", "positions")
+    The replies themselves are kept, not their positions: a failed commit finds them in
+    the output by identity and their jobs by handle, so acknowledging a job costs one
+    append."""
 
-    def __init__(self, end: int, positions: list[int], jobs: list[Job | None]) -> None:
+    __slots__ = ("created", "end", "joined")
+
+    def __init__(self, end: int, created: list[bytes], joined: list[bytes] | None) -> None:
         self.end = end
-        self.positions = positions
-        self.jobs = jobs
+        self.created = created
+        self.joined = joined
 
 
 class GearmanConnection(asyncio.Protocol):
@@ -212,8 +217,8 @@ class GearmanConnection(asyncio.Protocol):
         self.holds: deque[_Hold] = deque()  # each batch awaiting its commit
         self.released = 0  # while holding, output before this position may go out
         # JOB_CREATED replies of the current read, which its hold takes over (see `_Hold`)
-        self.ack_positions: list[int] = []
-        self.ack_jobs: list[Job | None] = []
+        self.created_acks: list[bytes] = []
+        self.joined_acks: list[bytes] = []
         self.durable = server.engine.store.durable
         # Replies queued so far that may only go out once the store has what they announce.
         self.durable_replies = 0
@@ -288,8 +293,11 @@ class GearmanConnection(asyncio.Protocol):
         """Acknowledge only what is durable: hold the output queued so far until commit."""
         if not self.holds:
             self.released = self.sent
-        hold = _Hold(self.sent + len(self.out), self.ack_positions, self.ack_jobs)
-        self.ack_positions, self.ack_jobs = [], []
+        joined = self.joined_acks
+        if joined:
+            self.joined_acks = []
+        hold = _Hold(self.sent + len(self.out), self.created_acks, joined or None)
+        self.created_acks = []
         self.holds.append(hold)
         self.engine.store.after_commit(lambda ok: self._release(hold, ok))
 
@@ -391,13 +399,22 @@ class GearmanConnection(asyncio.Protocol):
         self.holds.popleft()  # commits finish in order
         self.released = hold.end
         if not ok:
-            # The clients must not believe the jobs were accepted, and they must not run.
-            for position, job in zip(hold.positions, hold.jobs, strict=True):
-                if position >= self.sent:
-                    self.out[position - self.sent] = NOT_STORED
-                if job is not None and not job.state.terminal:
-                    self.engine.cancel(job)
+            self._retract(hold)
         self.flush()
+
+    def _retract(self, hold: _Hold) -> None:
+        """The clients must not believe the jobs were accepted, and they must not run."""
+        replies = hold.created + hold.joined if hold.joined else hold.created
+        retracted = {id(reply) for reply in replies}
+        out = self.out
+        for index in range(min(hold.end - self.sent, len(out))):  # those not yet sent
+            if id(out[index]) in retracted:
+                out[index] = NOT_STORED
+        jobs = self.engine.jobs
+        for reply in hold.created:
+            job = jobs.get(reply[HEADER_SIZE:].decode())
+            if job is not None and not job.state.terminal:
+                self.engine.cancel(job)
 
     def pause_writing(self) -> None:
         # The peer reads slower than we answer: stop reading its requests until it catches up.
@@ -636,18 +653,21 @@ class GearmanConnection(asyncio.Protocol):
     def _job_created(self, job: Job, created: bool, background: bool) -> None:
         """Answer a submit: a foreground client now waits on the job; a background job's
         JOB_CREATED waits for the store (see `_release`)."""
-        if not background:
-            self.waiting[job] = None
-        elif self.durable:
-            self.ack_positions.append(self.sent + len(self.out))
-            self.ack_jobs.append(job if created else None)
-            self.durable_replies += 1
         handle = job.id.encode()
         size = len(handle)
         if size < len(_JOB_CREATED_HEADS):
-            self.send(_JOB_CREATED_HEADS[size] + handle)
+            reply = _JOB_CREATED_HEADS[size] + handle
         else:
-            self.send(encode(_JOB_CREATED, handle))
+            reply = encode(_JOB_CREATED, handle)
+        if not background:
+            self.waiting[job] = None
+        elif self.durable:
+            if created:
+                self.created_acks.append(reply)
+            else:
+                self.joined_acks.append(reply)
+            self.durable_replies += 1
+        self.send(reply)
 
     def submit_epoch(self, args: tuple[bytes, ...]) -> None:
         raw_epoch = args[2]
