@@ -85,7 +85,6 @@ NOT_STORED: Final = encode(_ERROR, b"QUEUE_ERROR", b"Job could not be stored")
 
 _REQ: Final = int.from_bytes(b"\0REQ", "big")
 _PRE_SLEEP: Final = int(T.PRE_SLEEP)
-#: SUBMIT_JOB* packets without extra fields: type -> (priority, background).
 _PLAIN_SUBMITS: Final[dict[int, tuple[int, bool]]] = {
     T.SUBMIT_JOB: (PRIORITY_NORMAL, False),
     T.SUBMIT_JOB_BG: (PRIORITY_NORMAL, True),
@@ -94,6 +93,12 @@ _PLAIN_SUBMITS: Final[dict[int, tuple[int, bool]]] = {
     T.SUBMIT_JOB_LOW: (PRIORITY_LOW, False),
     T.SUBMIT_JOB_LOW_BG: (PRIORITY_LOW, True),
 }
+#: SUBMIT_JOB* packets without extra fields: (priority, background) at the index of their
+#: packet type, None at the others. Compiled, indexing a list is native; a dict lookup by
+#: integer hashes and compares objects.
+_PLAIN_SUBMIT_BY_TYPE: Final[list[tuple[int, bool] | None]] = [
+    _PLAIN_SUBMITS.get(ptype) for ptype in range(max(_PLAIN_SUBMITS) + 1)
+]
 #: JOB_CREATED headers by handle length, for handles up to 63 bytes (all of ours).
 _JOB_CREATED_HEADS: Final = [encode(_JOB_CREATED, bytes(size))[:HEADER_SIZE] for size in range(64)]
 
@@ -339,7 +344,8 @@ class GearmanConnection(asyncio.Protocol):
                     pos = stop
                     continue
                 else:
-                    plain = _PLAIN_SUBMITS.get(ptype)
+                    table = _PLAIN_SUBMIT_BY_TYPE
+                    plain = table[ptype] if ptype < len(table) else None
                     if plain is not None:
                         # The fields are function, unique id, payload: find the two NULs
                         # instead of splitting, which would copy the packet body once more.
