@@ -203,13 +203,15 @@ class EngineMachine(RuleBasedStateMachine):
                 JobState.RETRYABLE
             )
             for lane in fn.lanes.values():
-                entries = [job for level in lane.levels.values() for job in level]
+                entries = [job for level in lane.levels for job in level.jobs]
                 live = [job for job in entries if job.state is JobState.AVAILABLE]
                 assert len(live) == lane.count
                 assert len(set(map(id, live))) == len(live)
                 assert lane.stale == len(entries) - len(live)
-                for level in lane.levels.values():
-                    seqs = [job.seq for job in level]
+                priorities = [level.priority for level in lane.levels]
+                assert priorities == sorted(priorities, reverse=True)
+                for level in lane.levels:
+                    seqs = [job.seq for job in level.jobs]
                     assert seqs == sorted(seqs)
 
     @invariant()

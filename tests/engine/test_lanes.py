@@ -28,7 +28,7 @@ def drain(target: Lane) -> list[str]:
 
 
 def entries(target: Lane) -> int:
-    return sum(len(level) for level in target.levels.values())
+    return sum(len(level.jobs) for level in target.levels)
 
 
 def cancel(target: Lane, job: Job) -> None:
@@ -64,7 +64,12 @@ def test_higher_priority_first() -> None:
     target.push(make("high", PRIORITY_HIGH))
     target.push(make("low2", PRIORITY_LOW))
     target.push(make("very", 10))
-    assert target.order == [10, PRIORITY_HIGH, PRIORITY_NORMAL, PRIORITY_LOW]
+    assert [level.priority for level in target.levels] == [
+        10,
+        PRIORITY_HIGH,
+        PRIORITY_NORMAL,
+        PRIORITY_LOW,
+    ]
     assert drain(target) == ["very", "high", "normal", "low", "low2"]
 
 

@@ -908,9 +908,7 @@ class Engine:
             fn.running = 0
             fn.scheduled = 0
             for lane in fn.lanes.values():
-                lane.levels.clear()
-                lane.order.clear()
-                lane.count = 0
+                lane.clear()
         for info in self.queues.values():
             info.paused = False
 

@@ -19,14 +19,25 @@ if TYPE_CHECKING:
 _AVAILABLE: Final = JobState.AVAILABLE
 
 
+class Level:
+    """The queued jobs of one priority in a lane, oldest first (by `seq`)."""
+
+    __slots__ = ("jobs", "priority")
+
+    def __init__(self, priority: int) -> None:
+        self.priority = priority
+        self.jobs: deque[Job] = deque()
+
+
 class Lane:
-    __slots__ = ("count", "function", "levels", "order", "queue", "stale")
+    __slots__ = ("count", "function", "levels", "queue", "stale")
 
     def __init__(self, queue: str, function: FunctionInfo) -> None:
         self.queue = queue
         self.function = function
-        self.levels: dict[int, deque[Job]] = {}
-        self.order: list[int] = []  # priority levels present, highest first
+        # One per priority present, highest first. A lane rarely has more than one or two:
+        # a scan finds a level sooner than a dict lookup, and `head` walks them in order.
+        self.levels: list[Level] = []
         self.count = 0  # live available jobs
         self.stale = 0  # entries of jobs that left without being popped
 
@@ -38,63 +49,82 @@ class Lane:
         """
         if self.stale > self.count:
             self._compact()
-        level = self.levels.get(job.priority)
-        if level is None:
-            level = self.levels[job.priority] = deque()
-            self.order.append(job.priority)
-            self.order.sort(reverse=True)
+        jobs = self._level(job.priority).jobs
         if front:
             # Only other requeued jobs can be older, so this scan stays near the head.
             index = 0
-            for queued in level:
+            for queued in jobs:
                 if queued.seq > job.seq:
                     break
                 index += 1
-            level.insert(index, job)
+            jobs.insert(index, job)
         else:
-            level.append(job)
+            jobs.append(job)
         self.count += 1
+
+    def _level(self, priority: int) -> Level:
+        """The level of `priority`, made in its place if there is none yet."""
+        levels = self.levels
+        index = 0
+        for level in levels:
+            if level.priority == priority:
+                return level
+            if level.priority < priority:
+                break
+            index += 1
+        level = Level(priority)
+        levels.insert(index, level)
+        return level
 
     def _compact(self) -> None:
         """Drop stale entries once they outnumber live ones (amortized O(1) per discard)."""
-        for priority, level in self.levels.items():
-            self.levels[priority] = deque(job for job in level if job.state is _AVAILABLE)
+        for level in self.levels:
+            level.jobs = deque(job for job in level.jobs if job.state is _AVAILABLE)
         self.stale = 0
 
-    def head(self) -> Job | None:
-        """The job `pop` would return, without removing it."""
+    def _head_level(self) -> Level | None:
+        """The level whose first job goes next; stale entries met on the way are dropped."""
         if not self.count:
             return None
-        for priority in self.order:
-            level = self.levels[priority]
-            while level:
-                job = level[0]
-                if job.state is _AVAILABLE:
-                    return job
-                level.popleft()  # stale: cancelled or moved while queued
+        for level in self.levels:
+            jobs = level.jobs
+            while jobs:
+                if jobs[0].state is _AVAILABLE:
+                    return level
+                jobs.popleft()  # stale: cancelled or moved while queued
                 self.stale -= 1
         return None
 
+    def head(self) -> Job | None:
+        """The job `pop` would return, without removing it."""
+        level = self._head_level()
+        return None if level is None else level.jobs[0]
+
     def pop(self) -> Job | None:
-        job = self.head()
-        if job is not None:
-            self.levels[job.priority].popleft()
-            self.count -= 1
-        return job
+        level = self._head_level()
+        if level is None:
+            return None
+        self.count -= 1
+        return level.jobs.popleft()
 
     def discard(self) -> None:
         """Account for a queued job that left without being popped (it stays as a stale entry)."""
         self.count -= 1
         self.stale += 1
 
+    def clear(self) -> None:
+        """Forget every queued job (an admin reset)."""
+        self.levels.clear()
+        self.count = self.stale = 0
+
     def count_by_level(self) -> tuple[int, int, int]:
         """Live jobs in Gearman's HIGH, NORMAL and LOW bands."""
         high = normal = low = 0
-        for priority, level in self.levels.items():
-            live = sum(1 for job in level if job.state is _AVAILABLE)
-            if priority >= PRIORITY_HIGH:
+        for level in self.levels:
+            live = sum(1 for job in level.jobs if job.state is _AVAILABLE)
+            if level.priority >= PRIORITY_HIGH:
                 high += live
-            elif priority <= PRIORITY_LOW:
+            elif level.priority <= PRIORITY_LOW:
                 low += live
             else:
                 normal += live
