@@ -148,6 +148,14 @@ def _setup_logging(log_file: str, verbose: str) -> None:
 @click.option("--keepalive-count", default=5, show_default=True)
 @click.option("-b", "--backlog", default=1024, show_default=True)
 @click.option(
+    "--busy-poll",
+    type=click.FloatRange(min=0),
+    default=100.0,
+    show_default=True,
+    help="Microseconds the server keeps polling for requests after a read before it sleeps: "
+    "a request arriving meanwhile is seen without a wake-up. 0 disables.",
+)
+@click.option(
     "-l",
     "--log-file",
     default="stderr",
@@ -204,6 +212,7 @@ def serve(
     keepalive_interval: int,
     keepalive_count: int,
     backlog: int,
+    busy_poll: float,
     log_file: str,
     verbose: str,
     pid_file: Path | None,
@@ -233,6 +242,7 @@ def serve(
         fsync=fsync,
         checkpoint_bytes=checkpoint_every,
         backlog=backlog,
+        busy_poll=busy_poll / 1e6,
         pid_file=pid_file,
         engine=EngineConfig(
             job_retries=job_retries or None,

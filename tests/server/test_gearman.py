@@ -294,3 +294,41 @@ def test_without_the_option_an_empty_grab_gets_no_job(server_with: ServerProcess
         assert sync(worker) == [Cmd.NO_JOB]
         reply = worker.request(Cmd.OPTION_REQ, "no-such-option", reply=Cmd.ERROR)
         assert reply.args[0] == b"UNKNOWN_OPTION"
+
+
+def serial_round_trips(server: ServerProcess, count: int) -> None:
+    """Foreground jobs one at a time through a sleeping worker: NOOP, grab, result."""
+    with GearmanSocket(server) as worker, GearmanSocket(server) as client:
+        worker.send(Cmd.CAN_DO, "echo")
+        for n in range(count):
+            worker.send(Cmd.PRE_SLEEP)
+            sync(worker)
+            client.send(Cmd.SUBMIT_JOB, "echo", "", f"job {n}")
+            handle = client.expect(Cmd.JOB_CREATED).args[0]
+            assert worker.recv().type == Cmd.NOOP
+            assigned = worker.grab()
+            worker.send(Cmd.WORK_COMPLETE, handle, assigned.args[-1])
+            result = client.expect(Cmd.WORK_COMPLETE)
+            assert result.args == (handle, f"job {n}".encode())
+
+
+def cpu_ticks(pid: int) -> int:
+    """User and system CPU time of a process, in clock ticks."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+@pytest.mark.server_args("--busy-poll", "2000")
+def test_a_busy_polling_server_serves_and_then_stops_polling(server_with: ServerProcess) -> None:
+    serial_round_trips(server_with, 50)
+    time.sleep(0.1)  # far more than the 2 ms window
+    before = cpu_ticks(server_with.proc.pid)
+    time.sleep(1.0)
+    # Still polling, it would use a whole CPU (about 100 ticks a second); idle, next to none.
+    assert cpu_ticks(server_with.proc.pid) - before < 30
+
+
+@pytest.mark.server_args("--busy-poll", "0")
+def test_without_busy_polling_the_server_serves_the_same(server_with: ServerProcess) -> None:
+    serial_round_trips(server_with, 20)

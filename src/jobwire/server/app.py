@@ -17,7 +17,7 @@ from jobwire.engine import Engine, EngineConfig
 from jobwire.server.gearman import GearmanOptions, GearmanServer
 from jobwire.server.ojs.app import OJSOptions, OJSService
 from jobwire.server.rota import RotaOptions, RotaService
-from jobwire.server.runtime import Runtime
+from jobwire.server.runtime import BUSY_POLL, Runtime
 from jobwire.store import DEFAULT_STORE
 from jobwire.store.base import MemoryStore, Store
 
@@ -34,6 +34,7 @@ class ServerConfig:
     checkpoint_bytes: int | None = None  # redo log between checkpoints; None: the default
     backlog: int = 1024
     pid_file: Path | None = None
+    busy_poll: float = BUSY_POLL  # seconds the loop polls on after a read (server.runtime)
     engine: EngineConfig = field(default_factory=EngineConfig)
     gearman: GearmanOptions = field(default_factory=GearmanOptions)
     ojs: OJSOptions = field(default_factory=OJSOptions)
@@ -124,7 +125,7 @@ class Server:
         if restored:
             seconds = time.perf_counter() - started
             log.info("restored %d jobs from the store in %.2fs", restored, seconds)
-        runtime = Runtime(engine, loop)
+        runtime = Runtime(engine, loop, config.busy_poll)
         gearman = GearmanServer(runtime, config.gearman)
         if config.pid_file is not None:
             config.pid_file.write_text(f"{os.getpid()}\n")

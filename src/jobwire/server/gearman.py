@@ -265,6 +265,7 @@ class GearmanConnection(asyncio.Protocol):
     hot_path = True
 
     def data_received(self, data: bytes) -> None:
+        self.server.runtime.note_read()
         decoder = self.decoder
         if decoder.buffered:
             if decoder.short_of(len(data)):  # the buffered packet is still incomplete
