@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from jobwire import __version__
 from jobwire.engine import Engine
@@ -157,7 +158,9 @@ class OJSService:
         from jobwire.server.ojs import workflows as workflow_routes
         from jobwire.server.ojs.openapi import openapi_document
 
-        app = web.Application(middlewares=[ojs_middleware], client_max_size=self.options.max_body)
+        app = web.Application(
+            middlewares=[self._note_read, ojs_middleware], client_max_size=self.options.max_body
+        )
         r = app.router
         r.add_get("/ojs/manifest", self.manifest)
         r.add_get(BASE + "/health", self.health)
@@ -166,6 +169,13 @@ class OJSService:
         for module in (jobs, workers, queues, deadletter, events, cron, workflow_routes, admin):
             module.add_routes(r, self)
         return app
+
+    @web.middleware
+    async def _note_read(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """A request read: the loop polls on a while for the next (`Runtime.note_read`)."""
+        self.runtime.note_read()
+        response: web.StreamResponse = await handler(request)
+        return response
 
     async def durable(self) -> None:
         """Wait until everything written so far is durable (immediate for the memory store)."""

@@ -112,6 +112,7 @@ class RotaConnection:
             while not self.closing:
                 msg = await self.ws.receive()
                 if msg.type is WSMsgType.TEXT:
+                    self.service.runtime.note_read()
                     self._on_frame(msg.data)
                 elif msg.type is WSMsgType.BINARY:
                     self.fatal(RotaError(ErrorCode.BINARY_MESSAGE, "messages are JSON text frames"))
