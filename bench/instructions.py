@@ -97,9 +97,13 @@ def measure(procs: Processes, gearbench: Path, spec: ServerSpec, scenario: Scena
     port = free_port()
     out = workdir / "callgrind.out"
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no"]
+    server = spec.command(port, workdir)
+    if spec.kind == "jobwire":
+        # Count the work per job: a loop polling between requests would add its idle turns.
+        server += ["--busy-poll", "0"]
     with open(workdir / "server.log", "wb") as log:
         proc = procs.spawn(
-            [*cmd, *spec.command(port, workdir)],
+            [*cmd, *server],
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=workdir,
