@@ -120,6 +120,18 @@ def _better(job: Job, best: Job | None) -> bool:
     )
 
 
+def _best_of(lanes: list[Lane]) -> Lane | None:
+    """The lane whose head job goes first (see `_better`), or None if all are empty."""
+    best_lane: Lane | None = None
+    best: Job | None = None
+    for lane in lanes:
+        if lane.count:
+            head = lane.head()
+            if head is not None and _better(head, best):
+                best, best_lane = head, lane
+    return best_lane
+
+
 class Engine:
     def __init__(
         self,
@@ -526,14 +538,7 @@ class Engine:
             return None
         if worker.lanes_version != self._lanes_version:
             self._find_lanes(worker)
-        best_lane: Lane | None = None
-        best: Job | None = None
-        for lane in worker.lanes:
-            if lane.count:
-                head = lane.head()
-                if head is not None and _better(head, best):
-                    best, best_lane = head, lane
-        return best_lane
+        return _best_of(worker.lanes)
 
     def _find_lanes(self, worker: WorkerSession) -> None:
         """Work out the lanes `worker` may take jobs from, in the order of its abilities.
@@ -622,14 +627,7 @@ class Engine:
 
     @staticmethod
     def _best_lane_of_queue(info: QueueInfo) -> Lane | None:
-        best_lane: Lane | None = None
-        best: Job | None = None
-        for lane in info.lanes.values():
-            if lane.count:
-                head = lane.head()
-                if head is not None and _better(head, best):
-                    best, best_lane = head, lane
-        return best_lane
+        return _best_of(list(info.lanes.values()))
 
     def touch(self, worker: WorkerSession) -> None:
         worker.last_seen = self.clock()
