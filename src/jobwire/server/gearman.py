@@ -105,8 +105,8 @@ _JOB_CREATED_HEADS: Final = [encode(_JOB_CREATED, bytes(size))[:HEADER_SIZE] for
 
 # The hot path reads headers and finds separators with these instead of struct and split:
 # compiled, indexing bytes is a native operation, and no intermediate objects are made.
-# Compiled, `i64` values are machine integers: no overflow checks or boxing inside. They
-# take and return `int`, as slicing with an `i64` index would take the generic path.
+# Their `i64` locals are machine integers (no overflow checks, no boxing); they take and
+# return `int`, as slicing with an `i64` index would take mypyc's generic path.
 def _u32(data: bytes, pos: int) -> int:
     """The big-endian 32-bit integer at data[pos:pos + 4]."""
     at: i64 = pos
