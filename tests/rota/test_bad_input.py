@@ -162,11 +162,21 @@ def test_oversized_messages_close_with_1009(server: ServerProcess) -> None:
                 code, [error] = await big.closed()
                 assert (code, error["code"]) == (1009, "message_too_big")
             async with rota.worker() as huge:
-                # Far over the limit: aiohttp refuses the frame from its header, no message.
+                # Far over the limit: aiohttp refuses the frame from its header and closes
+                # with 1009 while the rest of the frame is still on its way. Whether this
+                # client finishes writing first (and reads the 1009) or meets the reset of
+                # a socket closed with unread data depends on timing; either way the server
+                # handled no message and stays up for the others.
                 await huge.register([])
-                await huge.send(status={"alerts": [{"message": "x" * 1_000_000}]})
+                try:
+                    await huge.send(status={"alerts": [{"message": "x" * 1_000_000}]})
+                except ConnectionError:  # reset while writing
+                    reset = True
+                else:
+                    reset = False
                 code, messages = await huge.closed()
-                assert (code, messages) == (1009, [])
+                assert messages == []
+                assert code == 1009 or (reset and code in (None, 1006)), code
             await _healthy_neighbour_still_works(rota, neighbour)
 
     run(server, scenario)
