@@ -34,16 +34,12 @@ from harness import (
     start_server,
     stop_server,
 )
+from sdk_instructions import packet, until_complete
 
 FUNCTION = b"noop"
 WARM = 200
 _HEADER = struct.Struct(">4sII")
 _TICK = 1 / 100  # /proc/PID/stat counts CPU in clock ticks (USER_HZ)
-
-
-def _packet(ptype: int, *args: bytes) -> bytes:
-    body = b"\0".join(args)
-    return _HEADER.pack(b"\0REQ", ptype, len(body)) + body
 
 
 def _connect(port: int) -> socket.socket:
@@ -62,17 +58,8 @@ def raw_client(port: int, jobs: int) -> list[float]:
     latencies = []
     for number in range(WARM + jobs):
         start = time.perf_counter()
-        sock.sendall(_packet(7, FUNCTION, b"k%d" % number, b""))
-        done = False
-        while not done:
-            while len(buffer) < 12 or len(buffer) < 12 + _HEADER.unpack_from(buffer)[2]:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    raise SystemExit("the server closed the connection")
-                buffer += chunk
-            _, ptype, size = _HEADER.unpack_from(buffer)
-            buffer = buffer[12 + size :]
-            done = ptype == 13  # WORK_COMPLETE
+        sock.sendall(packet(7, FUNCTION, b"k%d" % number, b""))
+        buffer = until_complete(sock, buffer)
         if number >= WARM:
             latencies.append((time.perf_counter() - start) * 1e6)
     return latencies
@@ -81,8 +68,8 @@ def raw_client(port: int, jobs: int) -> list[float]:
 def raw_worker(port: int) -> None:
     """CAN_DO, grab-waits, one held GRAB_JOB_UNIQ; completes each job at once, empty."""
     sock = _connect(port)
-    grab = _packet(30)
-    sock.sendall(_packet(1, FUNCTION) + _packet(26, b"grab-waits") + grab)
+    grab = packet(30)
+    sock.sendall(packet(1, FUNCTION) + packet(26, b"grab-waits") + grab)
     buffer = b""
     while chunk := sock.recv(65536):
         buffer += chunk
@@ -91,7 +78,7 @@ def raw_worker(port: int) -> None:
             _, ptype, size = _HEADER.unpack_from(buffer)
             body, buffer = buffer[12 : 12 + size], buffer[12 + size :]
             if ptype == 31:  # JOB_ASSIGN_UNIQ
-                out.append(_packet(13, body.split(b"\0", 1)[0], b"") + grab)
+                out.append(packet(13, body.split(b"\0", 1)[0], b"") + grab)
         if out:
             sock.sendall(b"".join(out))
 

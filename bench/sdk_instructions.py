@@ -41,7 +41,7 @@ _REQ = b"\0REQ"
 _HEADER = struct.Struct(">4sII")
 
 
-def _packet(ptype: int, *args: bytes) -> bytes:
+def packet(ptype: int, *args: bytes) -> bytes:
     body = b"\0".join(args)
     return _HEADER.pack(_REQ, ptype, len(body)) + body
 
@@ -53,20 +53,25 @@ def plain_client(port: int, jobs: int) -> None:
     """SUBMIT_JOB and wait for WORK_COMPLETE, one at a time, on a blocking socket."""
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    submit = _packet(7, FUNCTION.encode(), b"", b"x")
+    submit = packet(7, FUNCTION.encode(), b"", b"x")
     buffer = b""
     for _ in range(WARM + jobs):
         sock.sendall(submit)
-        while True:
-            while len(buffer) < 12 or len(buffer) < 12 + _HEADER.unpack_from(buffer)[2]:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    raise SystemExit("the server closed the connection")
-                buffer += chunk
-            _, ptype, size = _HEADER.unpack_from(buffer)
-            buffer = buffer[12 + size :]
-            if ptype == 13:  # WORK_COMPLETE
-                break
+        buffer = until_complete(sock, buffer)
+
+
+def until_complete(sock: socket.socket, buffer: bytes) -> bytes:
+    """Read packets from a blocking socket up to a WORK_COMPLETE; returns the bytes after it."""
+    while True:
+        while len(buffer) < 12 or len(buffer) < 12 + _HEADER.unpack_from(buffer)[2]:
+            chunk = sock.recv(65536)
+            if not chunk:
+                raise SystemExit("the server closed the connection")
+            buffer += chunk
+        _, ptype, size = _HEADER.unpack_from(buffer)
+        buffer = buffer[12 + size :]
+        if ptype == 13:  # WORK_COMPLETE
+            return buffer
 
 
 class _PlainWorker(asyncio.Protocol):
@@ -78,8 +83,8 @@ class _PlainWorker(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
-        grab = _packet(30)
-        self.transport.write(_packet(1, FUNCTION.encode()) + _packet(26, b"grab-waits") + grab)
+        grab = packet(30)
+        self.transport.write(packet(1, FUNCTION.encode()) + packet(26, b"grab-waits") + grab)
 
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None
@@ -91,9 +96,9 @@ class _PlainWorker(asyncio.Protocol):
                 break
             body, self.buffer = self.buffer[12 : 12 + size], self.buffer[12 + size :]
             if ptype == 31:  # JOB_ASSIGN_UNIQ: complete it, hold the next GRAB
-                out.append(_packet(13, body.split(b"\0", 1)[0], b"") + _packet(30))
+                out.append(packet(13, body.split(b"\0", 1)[0], b"") + packet(30))
             elif ptype in (6, 10):  # NOOP, NO_JOB (a server without grab-waits)
-                out.append(_packet(30) if ptype == 6 else _packet(4))
+                out.append(packet(30) if ptype == 6 else packet(4))
         if out:
             self.transport.write(b"".join(out))
 
@@ -131,7 +136,7 @@ def plain_async_client(port: int, jobs: int) -> None:
     async def main() -> None:
         loop = asyncio.get_running_loop()
         transport, protocol = await loop.create_connection(_PlainClient, "127.0.0.1", port)
-        submit = _packet(7, FUNCTION.encode(), b"", b"x")
+        submit = packet(7, FUNCTION.encode(), b"", b"x")
         for _ in range(WARM + jobs):
             protocol.done = loop.create_future()
             transport.write(submit)
