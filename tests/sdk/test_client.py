@@ -228,6 +228,32 @@ def test_timeout_raises_and_leaves_the_job(served: ServerProcess, client: Client
     markers.release("slow")
 
 
+def test_busy_polls_while_waiting_and_only_then(served: ServerProcess) -> None:
+    """The client polls without sleeping while a job it waits on runs (the budget here is
+    far longer than the test), and stops once nothing is outstanding."""
+    markers = Markers()
+
+    async def main() -> None:
+        async with AsyncClient([served.address], busy_poll=600.0) as client:
+            job = asyncio.ensure_future(client.submit("block", markers.spec("polled")))
+            await asyncio.to_thread(markers.wait_started, "polled")
+            conn = client._sessions[0].conn
+            assert conn.polling
+            markers.release("polled")
+            assert await job == b"released polled"
+            for _ in range(3):  # the poll callback queued before the result sees it
+                await asyncio.sleep(0)
+            assert not conn.polling
+        async with AsyncClient([served.address], busy_poll=0) as client:
+            job = asyncio.ensure_future(client.submit("block", markers.spec("slept")))
+            await asyncio.to_thread(markers.wait_started, "slept")
+            assert not client._sessions[0].conn.polling
+            markers.release("slept")
+            assert await job == b"released slept"
+
+    asyncio.run(main())
+
+
 def dead_port() -> str:
     """An address where nothing listens: connections are refused."""
     return f"127.0.0.1:{free_port()}"
@@ -316,3 +342,5 @@ def test_bad_arguments() -> None:
             client.submit("echo", unique="u" * 65)
         with pytest.raises(TypeError, match="cannot send"):
             client.submit("echo", object())
+    with pytest.raises(ValueError, match="busy_poll"):
+        AsyncClient(busy_poll=-1)

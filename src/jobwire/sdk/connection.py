@@ -11,6 +11,13 @@ from the server counts as a sign of life; after an interval of silence we send E
 so a hung server or a silently dropped link is noticed instead of waited on forever. Liveness
 is counted in timer ticks, not wall time, so a worker whose event loop was blocked for a while
 loses one tick, not the connection.
+
+Busy polling (`busy_poll`, for clients): a process asleep in epoll_wait is woken by the kernel
+when a reply arrives, and on a virtual machine waking an idle vCPU takes tens of microseconds,
+as long as the rest of a no-op job's round trip. So while its owner waits for a reply, the
+connection keeps the loop polling without blocking for `busy_poll` seconds after each read or
+write, yielding the CPU (sched_yield) on each pass so that a worker on the same core still runs
+at once. The server does the same after its reads (`jobwire.server.runtime`).
 """
 
 from __future__ import annotations
@@ -18,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
+import time
 from collections.abc import Callable
 from typing import cast
 
@@ -60,6 +69,12 @@ def format_address(address: Address) -> str:
 
 #: Bytes read at most per read call; one buffer per connection, reused for every read.
 READ_BUFFER = 256 * 1024
+#: Lets another process on this CPU run while we poll (not on Windows, which has no such call).
+_yield_cpu: Callable[[], None] = getattr(os, "sched_yield", lambda: None)
+
+
+def _not_waiting() -> bool:
+    return False
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -87,6 +102,7 @@ class Connection(asyncio.BufferedProtocol):
         liveness: int = 3,
         after_read: Callable[[], None] | None = None,
         batch: int | None = None,
+        busy_poll: float = 0.0,
     ) -> None:
         self.address = address
         self._batch = batch or 1 << 62
@@ -111,6 +127,12 @@ class Connection(asyncio.BufferedProtocol):
         #: Connected and `closed` not resolved yet: an attribute, not a property, because
         #: every packet sent checks it.
         self.is_open = False
+        self._busy_poll = busy_poll
+        #: The owner waits for a reply: while this says so, the connection busy-polls.
+        self.waiting: Callable[[], bool] = _not_waiting
+        self.polling = False  # a `_poll` callback is queued
+        self._poll_until = 0.0  # the `time.monotonic()` at which polling stops
+        self._poll_on: Callable[[], None] = self._poll  # bound once, queued on every pass
 
     @classmethod
     async def open(
@@ -123,6 +145,7 @@ class Connection(asyncio.BufferedProtocol):
         liveness: int = 3,
         after_read: Callable[[], None] | None = None,
         batch: int | None = None,
+        busy_poll: float = 0.0,
     ) -> Connection:
         """Connect within `timeout` seconds, or raise ServerUnavailable."""
         conn = cls(
@@ -132,6 +155,7 @@ class Connection(asyncio.BufferedProtocol):
             liveness=liveness,
             after_read=after_read,
             batch=batch,
+            busy_poll=busy_poll,
         )
         try:
             async with asyncio.timeout(timeout):
@@ -165,6 +189,8 @@ class Connection(asyncio.BufferedProtocol):
         finally:
             self._reading = False
             self._write_out()
+            if self._busy_poll:
+                self._poll_a_while()
 
     def _handle(self, messages: list[Message]) -> None:
         on_packet = self.on_packet
@@ -257,6 +283,8 @@ class Connection(asyncio.BufferedProtocol):
             data = b"".join(self._out)
             self._out.clear()
         self._transport.write(data)
+        if self._busy_poll:
+            self._poll_a_while()
 
     def flush(self) -> None:
         """Write what `send` queued, in one write."""
@@ -270,6 +298,24 @@ class Connection(asyncio.BufferedProtocol):
         assert self._transport is not None
         self._transport.write(out[0] if len(out) == 1 else b"".join(out))
         out.clear()
+
+    # ------------------------------------------------------------ busy polling
+
+    def _poll_a_while(self) -> None:
+        """After a read or a write: poll for `busy_poll` seconds more, if the owner waits."""
+        self._poll_until = time.monotonic() + self._busy_poll
+        if not self.polling:
+            self.polling = True
+            self._loop.call_soon(self._poll_on)
+
+    def _poll(self) -> None:
+        """Once per loop turn while polling: a callback ready to run makes the loop poll for
+        I/O without blocking."""
+        if self.is_open and self.waiting() and time.monotonic() < self._poll_until:
+            _yield_cpu()
+            self._loop.call_soon(self._poll_on)
+        else:
+            self.polling = False
 
     def abort(self, error: BaseException) -> None:
         """Drop the connection at once (the server is presumed dead); unsent data is lost."""

@@ -210,13 +210,20 @@ class Session:
         conn.closed.add_done_callback(self._lost)
 
     @classmethod
-    async def open(cls, address: str, timeout: float, heartbeat: float | None) -> Session:
+    async def open(
+        cls, address: str, timeout: float, heartbeat: float | None, busy_poll: float = 0.0
+    ) -> Session:
         conn = await Connection.open(
-            parse_address(address), _unrouted, timeout=timeout, heartbeat=heartbeat
+            parse_address(address),
+            _unrouted,
+            timeout=timeout,
+            heartbeat=heartbeat,
+            busy_poll=busy_poll,
         )
         session = cls(conn, timeout)
         # Nothing can be read before this: the server speaks only when spoken to.
         conn.on_packet = session.packet
+        conn.waiting = session.waiting
         # Ask for WORK_EXCEPTION (gearmand sends plain WORK_FAIL otherwise). Replies come in
         # order, so nothing needs to wait for OPTION_RES; a server without the option answers
         # ERROR, which is fine: exceptions then arrive as failures.
@@ -227,6 +234,10 @@ class Session:
     @property
     def alive(self) -> bool:
         return self.conn.is_open
+
+    def waiting(self) -> bool:
+        """A request is unanswered or a foreground job unfinished."""
+        return bool(self.pending or self.listeners)
 
     def expect(self, data: bytes, reply: PacketType) -> asyncio.Future[Packet]:
         """Send one request; the future gets its reply (or ServerUnavailable)."""
