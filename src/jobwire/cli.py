@@ -153,7 +153,8 @@ def _setup_logging(log_file: str, verbose: str) -> None:
     default=100.0,
     show_default=True,
     help="Microseconds the server keeps polling for requests after a read before it sleeps: "
-    "a request arriving meanwhile is seen without a wake-up. 0 disables.",
+    "a request arriving meanwhile is seen without a wake-up; the sqlite store's syncer polls "
+    "as long for the next sync after each one. 0 disables.",
 )
 @click.option(
     "-l",

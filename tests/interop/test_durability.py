@@ -333,3 +333,14 @@ def test_the_syncer_process_ends_with_the_server(
     else:
         server.kill()
     assert gone(syncer)
+
+
+@pytest.mark.parametrize(("flag", "window"), [((), "0.0001"), (("--busy-poll", "0"), "0.0")])
+def test_the_syncer_polls_as_long_as_the_server(
+    db: Path, servers: list[ServerProcess], flag: tuple[str, ...], window: str
+) -> None:
+    server = start(servers, db, *flag)
+    GearmanSocket(server).submit_bg(FUNCTION, "synced")  # its commit starts the syncer
+    (syncer,) = syncer_pids(server)
+    argv = Path(f"/proc/{syncer}/cmdline").read_bytes().split(b"\0")
+    assert argv[-2].decode() == window  # seconds; argv ends with an empty string

@@ -41,8 +41,10 @@ class ServerConfig:
     rota: RotaOptions = field(default_factory=RotaOptions)
 
 
-def open_store(spec: str, fsync: str = "batch", checkpoint_bytes: int | None = None) -> Store:
-    """`memory`, or `sqlite:PATH`."""
+def open_store(
+    spec: str, fsync: str = "batch", checkpoint_bytes: int | None = None, busy_poll: float = 0.0
+) -> Store:
+    """`memory`, or `sqlite:PATH`; `busy_poll` as the server's, for the store's syncer."""
     if spec == "memory":
         return MemoryStore()
     kind, _, path = spec.partition(":")
@@ -51,7 +53,10 @@ def open_store(spec: str, fsync: str = "batch", checkpoint_bytes: int | None = N
 
         try:
             store: Store = SQLiteStore(
-                Path(path), fsync=fsync, checkpoint_bytes=checkpoint_bytes or CHECKPOINT_BYTES
+                Path(path),
+                fsync=fsync,
+                checkpoint_bytes=checkpoint_bytes or CHECKPOINT_BYTES,
+                busy_poll=busy_poll,
             )
         except StoreError as exc:
             raise SystemExit(f"jobwire: {exc}") from exc
@@ -108,7 +113,7 @@ class Server:
     async def serve(self) -> None:
         config = self.config
         loop = asyncio.get_running_loop()
-        store = open_store(config.store, config.fsync, config.checkpoint_bytes)
+        store = open_store(config.store, config.fsync, config.checkpoint_bytes, config.busy_poll)
         engine = Engine(config.engine, store=store)
         started = time.perf_counter()
         # Replay allocates millions of objects that all stay alive: scanning them for

@@ -96,7 +96,13 @@ class RedoLog:
     """
 
     def __init__(
-        self, database: Path, *, sync: bool = True, merge: bool = True, preallocate: int = 0
+        self,
+        database: Path,
+        *,
+        sync: bool = True,
+        merge: bool = True,
+        preallocate: int = 0,
+        busy_poll: float = 0.0,
     ) -> None:
         self.directory = database.parent
         self.prefix = f"{database.name}-redo-"
@@ -104,6 +110,7 @@ class RedoLog:
         self.merge = merge  # one sync for every batch written meanwhile (`always`: no)
         # Bytes of zeros each spare file gets; 0: no spares (not worth it without syncs).
         self.preallocate = preallocate if sync else 0
+        self.busy_poll = busy_poll  # seconds the syncer polls for a request after an answer
         self._spare_path = database.parent / f"{database.name}.redo-spare"
         self._spare: threading.Thread | None = None  # zero-filling the spare
         self._spare_ready = False  # set by that thread when it is done
@@ -376,7 +383,7 @@ class _Syncer:
         self.answered = False
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = [sys.executable, "-I", "-S", syncproc.__file__, str(child.fileno())]
-        command += [str(owner.directory), owner.prefix]
+        command += [str(owner.directory), owner.prefix, repr(owner.busy_poll)]
         try:
             self.process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, pass_fds=(child.fileno(),)

@@ -331,8 +331,15 @@ class SQLiteStore:
     durable = True
 
     def __init__(
-        self, path: Path, *, fsync: str = "batch", checkpoint_bytes: int = CHECKPOINT_BYTES
+        self,
+        path: Path,
+        *,
+        fsync: str = "batch",
+        checkpoint_bytes: int = CHECKPOINT_BYTES,
+        busy_poll: float = 0.0,
     ) -> None:
+        """`busy_poll`: seconds the redo log's syncer polls for the next request after each
+        sync before it sleeps (`jobwire.store.syncproc`)."""
         self.path = path
         self.fsync = fsync
         self.checkpoint_bytes = checkpoint_bytes
@@ -356,6 +363,7 @@ class SQLiteStore:
             sync=fsync != "off",
             merge=fsync != "always",
             preallocate=_log_file_bytes(checkpoint_bytes),
+            busy_poll=busy_poll,
         )
         self._log.prepare()
         # The current batch's changes, encoded as they come (see `jobwire.store.frames`).
