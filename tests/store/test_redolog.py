@@ -83,3 +83,24 @@ def test_a_spare_left_by_a_crash_is_filled_again(tmp_path: Path) -> None:
     redo.prepare()
     assert write_frames(redo, [b"new"])[-1] == (1, None)
     assert list(read_frames(redo.path(1))) == [b"new"]
+
+
+def test_the_next_sync_is_asked_before_the_last_one_is_reported(tmp_path: Path) -> None:
+    """Reporting a sync sends its acknowledgements; the syncer must not idle meanwhile."""
+    redo = RedoLog(tmp_path / "jobs.db")
+    asked: list[int] = []
+    seen: list[tuple[int, list[int]]] = []  # each report, with the syncs asked by then
+    redo._send = lambda number, generation: asked.append(number)  # type: ignore[method-assign]
+
+    async def main() -> None:
+        redo.start(1, lambda number, error: seen.append((number, list(asked))))
+        redo.append(1, b"one")  # asked at once
+        redo.append(2, b"two")  # waits for the sync of 1 to end
+        redo.append(3, b"three")
+        assert asked == [1]
+        redo.synced(1, None)
+        redo.synced(3, None)
+
+    asyncio.run(main())
+    redo.stop()
+    assert seen == [(1, [1, 3]), (3, [1, 3])]
