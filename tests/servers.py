@@ -21,6 +21,12 @@ from pathlib import Path
 START_DEADLINE = 30.0
 
 
+def process_state(pid: int) -> str:
+    """Process `pid`'s scheduler state from /proc: R running or runnable, S asleep, Z exited
+    and not yet reaped, ...; FileNotFoundError once it is gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.interop.gearman_raw import Cmd, GearmanSocket, admin, list_lines, pack, status
-from tests.servers import ServerProcess, free_port, start_jobwire
+from tests.servers import ServerProcess, free_port, process_state, start_jobwire
 
 pytestmark = pytest.mark.interop
 
@@ -312,7 +312,7 @@ def gone(pid: int, deadline: float = 15.0) -> bool:
     end = time.monotonic() + deadline
     while time.monotonic() < end:
         try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            state = process_state(pid)
         except FileNotFoundError:
             return True
         if state == "Z":  # exited, its parent (init, after the kill) not yet reaped it

@@ -14,6 +14,7 @@ import pytest
 
 from jobwire.store import syncproc
 from tests.interop.gearman_raw import wait_until
+from tests.servers import process_state
 
 PREFIX = "jobs.db-redo-"
 
@@ -29,9 +30,7 @@ class Syncer:
         return answer
 
     def state(self) -> str:
-        """The process's scheduler state: R running or runnable, S asleep, ..."""
-        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0]
+        return process_state(self.process.pid)
 
 
 StartSyncer = Callable[[float], Syncer]
