@@ -343,4 +343,5 @@ def test_the_syncer_polls_as_long_as_the_server(
     GearmanSocket(server).submit_bg(FUNCTION, "synced")  # its commit starts the syncer
     (syncer,) = syncer_pids(server)
     argv = Path(f"/proc/{syncer}/cmdline").read_bytes().split(b"\0")
-    assert argv[-2].decode() == window  # seconds; argv ends with an empty string
+    # ... SOCKET_FD DIRECTORY PREFIX BUSY_POLL WRITTEN_FD, and an empty string after the last
+    assert argv[-3].decode() == window  # seconds

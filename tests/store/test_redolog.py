@@ -104,3 +104,101 @@ def test_the_next_sync_is_asked_before_the_last_one_is_reported(tmp_path: Path) 
     asyncio.run(main())
     redo.stop()
     assert seen == [(1, [1, 3]), (3, [1, 3])]
+
+
+class FakeSyncer:
+    """Records what the log asks and publishes."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[int, int]] = []
+        self.published: list[int] = []
+
+    def ask(self, number: int, generation: int) -> None:
+        self.asked.append((number, generation))
+
+    def publish(self, number: int) -> None:
+        self.published.append(number)
+
+    def stop(self) -> None:
+        pass
+
+
+def with_fake_syncer(tmp_path: Path) -> tuple[RedoLog, FakeSyncer, list[int]]:
+    redo = RedoLog(tmp_path / "jobs.db")
+    syncer = FakeSyncer()
+    redo._syncer = syncer  # type: ignore[assignment]
+    return redo, syncer, []
+
+
+def test_batches_written_during_a_sync_are_published_not_asked(tmp_path: Path) -> None:
+    redo, syncer, reports = with_fake_syncer(tmp_path)
+
+    async def main() -> None:
+        redo.start(1, lambda number, error: reports.append(number))
+        redo.append(1, b"one")
+        redo.append(2, b"two")
+        redo.append(3, b"three")
+        assert (syncer.asked, syncer.published) == ([(1, 1)], [2, 3])
+        redo.synced(2, None, more=True)  # the syncer went on to 3 by itself
+        assert (syncer.asked, reports) == ([(1, 1)], [2])
+        redo.synced(3, None)
+        redo.append(4, b"four")  # nothing outstanding: asked again
+
+    asyncio.run(main())
+    redo.stop()
+    assert reports == [2, 3]
+    assert (syncer.asked, syncer.published) == ([(1, 1), (4, 1)], [2, 3])
+
+
+def test_a_new_file_is_asked_for_not_published(tmp_path: Path) -> None:
+    redo, syncer, reports = with_fake_syncer(tmp_path)
+
+    async def main() -> None:
+        redo.start(1, lambda number, error: reports.append(number))
+        redo.append(1, b"one")
+        redo.rotate(2)
+        redo.append(2, b"two")  # the sync of 1 runs on the file of generation 1
+        redo.synced(1, None)
+
+    asyncio.run(main())
+    redo.stop()
+    assert (syncer.asked, syncer.published, reports) == ([(1, 1), (2, 2)], [], [1])
+
+
+def test_after_a_failed_write_nothing_more_is_published(tmp_path: Path) -> None:
+    redo, syncer, reports = with_fake_syncer(tmp_path)
+    write = redo._write
+
+    async def main() -> None:
+        redo.start(1, lambda number, error: reports.append(number))
+        redo.append(1, b"one")
+        redo._write = lambda data: "OSError: disk full"  # type: ignore[method-assign]
+        redo.append(2, b"two")
+        redo._write = write  # type: ignore[method-assign]
+        redo.append(3, b"three")  # covered by no sync of 1's: asked once 2 is reported
+        redo.synced(1, None)
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    redo.stop()
+    assert syncer.published == []
+    assert syncer.asked == [(1, 1), (3, 1)]
+    assert reports == [1, 2]
+
+
+def test_a_syncer_lost_while_following_is_asked_again_for_what_it_left(tmp_path: Path) -> None:
+    redo, syncer, reports = with_fake_syncer(tmp_path)
+    sent: list[tuple[int, int]] = []
+
+    async def main() -> None:
+        redo.start(1, lambda number, error: reports.append(number))
+        redo.append(1, b"one")
+        redo.append(2, b"two")
+        redo.append(3, b"three")
+        redo.synced(2, None, more=True)
+        redo._send = lambda number, generation: sent.append((number, generation))  # type: ignore[method-assign]
+        redo.lost_syncer(answered=True)  # died in the sync of 3
+
+    asyncio.run(main())
+    redo.stop()
+    assert (syncer.published, reports, sent) == ([2, 3], [2], [(3, 1)])

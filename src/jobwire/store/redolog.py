@@ -4,9 +4,11 @@ Acknowledging a job needs only the batch's changes on disk, not a database updat
 store appends each batch as one frame to a log file, on the event loop thread (a write to
 the page cache), and a syncer process (`jobwire.store.syncproc`) fdatasyncs the file. One
 sync is outstanding at a time; the frames written while it runs are covered by the next
-one, so under load one fdatasync carries many loop turns. SQLite is written later, in large
-checkpoints that leave the log behind. A job created and finished between two checkpoints
-never reaches SQLite at all.
+one, so under load one fdatasync carries many loop turns. While the syncer works, the log
+tells it the newest batch written through a shared number, so it goes from one sync to the
+next without waiting to be asked (see `jobwire.store.syncproc`). SQLite is written later,
+in large checkpoints that leave the log behind. A job created and finished between two
+checkpoints never reaches SQLite at all.
 
 Files: `<db>-redo-<generation>`, one per generation. The store starts a new generation
 when it checkpoints; a checkpoint records in SQLite the last generation it covers, and the
@@ -33,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import mmap
 import os
 import socket
 import struct
@@ -50,7 +53,7 @@ from jobwire.store import syncproc
 log = logging.getLogger("jobwire.store")
 
 _HEADER = struct.Struct("<II")
-_MESSAGE = syncproc.MESSAGE  # (batch number, generation) asked, (batch number, errno) told
+_REQUEST, _ANSWER = syncproc.REQUEST, syncproc.ANSWER
 
 #: `on_written(number, error)`: batches up to `number` are durable (error None) or failed.
 Written = Callable[[int, "str | None"], None]
@@ -125,6 +128,9 @@ class RedoLog:
         self._cut = False  # a failed write may have left bytes past `_size`
         self._unreported: deque[_Batch] = deque()
         self._asked = 0  # the batch number whose sync is outstanding; 0: none
+        # The generation whose batches the syncer is told of as they are written, while
+        # it works on a sync of that file that covers every batch before them; -1: none.
+        self._following = -1
         self._delivery_due = False
         self._syncer: _Syncer | None = None
 
@@ -167,7 +173,10 @@ class RedoLog:
         if error is None and self.sync:
             if not self._asked:
                 self._ask()
+            elif self._following == self._generation and self._syncer is not None:
+                self._syncer.publish(number)
         elif not self._delivery_due:
+            self._following = -1  # a later sync must not cover this failed batch
             self._delivery_due = True
             assert self._loop is not None
             self._loop.call_soon(self._deliver)
@@ -176,6 +185,7 @@ class RedoLog:
         """Frames appended from now on go to a new file."""
         self._close_file()
         self._generation = generation
+        self._following = -1
 
     def stop(self) -> None:
         """Stop the syncer and close the file; batches not yet reported never will be."""
@@ -245,11 +255,15 @@ class RedoLog:
         """Ask for the sync of the oldest written batches of one file."""
         first = self._unreported[0]
         number = first.number
+        self._following = -1
         if self.merge:
             for batch in self._unreported:
                 if batch.error is not None or batch.generation != first.generation:
                     break
                 number = batch.number
+            else:  # every written batch is covered: the syncer may follow the next ones
+                if first.generation == self._generation:
+                    self._following = first.generation
         self._asked = number
         self._send(number, first.generation)
 
@@ -266,24 +280,27 @@ class RedoLog:
                 return
         syncer.ask(number, generation)
 
-    def synced(self, number: int, error: str | None) -> None:
-        """The syncer's answer: the batches up to `number` are durable, or not."""
-        if number != self._asked:
+    def synced(self, number: int, error: str | None, more: bool = False) -> None:
+        """The syncer's answer: the batches up to `number` are durable, or not; `more`:
+        it is syncing newer ones already, and will answer again."""
+        if not self._asked or number < self._asked:
             return  # asked of a syncer that has died since; asked again
-        self._asked = 0
         unreported = self._unreported
         if error is None:
             self.syncs += 1
             last = None
             while unreported and unreported[0].number <= number:
                 last = unreported.popleft()
-            if unreported and unreported[0].error is None:
-                # The next sync first: reporting sends the acknowledgements, which takes
-                # tens of microseconds under load, and the syncer would idle meanwhile.
-                self._ask()
+            if not more:
+                self._asked = 0
+                if unreported and unreported[0].error is None:
+                    # The next sync first: reporting sends the acknowledgements, which
+                    # takes tens of microseconds under load; the syncer would idle.
+                    self._ask()
             if last is not None:
                 self._report(last.number, last.error)
         else:
+            self._asked, self._following = 0, -1
             self._sync_failed(error)
         self._deliver()
 
@@ -313,6 +330,7 @@ class RedoLog:
         """The syncer died. One that had been working is replaced and asked again; one
         that died before its first answer would likely die again: its batch fails."""
         self._syncer = None
+        self._following = -1
         number = self._asked
         if not number:
             return
@@ -385,43 +403,62 @@ class _Syncer:
         self.owner = owner
         self.loop = loop
         self.answered = False
+        self._written: memoryview | None = None  # the shared written number
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        shared = _shared_number()
         command = [sys.executable, "-I", "-S", syncproc.__file__, str(child.fileno())]
         command += [str(owner.directory), owner.prefix, repr(owner.busy_poll)]
+        passed = [child.fileno()]
+        if shared is not None:
+            command.append(str(shared))
+            passed.append(shared)
         try:
-            self.process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, pass_fds=(child.fileno(),)
-            )
+            if shared is not None:
+                self._written = syncproc.map_written(shared)
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, pass_fds=passed)
         except BaseException:
             self.sock.close()
             raise
         finally:
             child.close()
+            if shared is not None:
+                os.close(shared)
         self.sock.setblocking(False)
         loop.add_reader(self.sock.fileno(), self._readable)
 
     def ask(self, number: int, generation: int) -> None:
         # If it is gone, `_readable` sees that and tells the owner.
-        with contextlib.suppress(OSError):
-            self.sock.send(_MESSAGE.pack(number, generation))
+        try:
+            self.sock.send(_REQUEST.pack(number, generation))
+        except OSError:  # not contextlib.suppress: this runs for every sync
+            return
+
+    def publish(self, number: int) -> None:
+        """Batch `number` is written to the file being synced (see `RedoLog._following`)."""
+        if self._written is not None:
+            self._written[0] = number  # one aligned 8-byte store: never seen half-written
 
     def _readable(self) -> None:
-        # One answer per call: one sync is outstanding at a time, so one message is all
-        # there is, and reading on until EAGAIN would raise an exception every time.
-        try:
-            message = self.sock.recv(_MESSAGE.size)
-        except BlockingIOError:
-            return
-        except OSError:
-            message = b""
-        if len(message) != _MESSAGE.size:  # the syncer is gone
-            self.stop()
-            self.owner.lost_syncer(self.answered)
-            return
-        self.answered = True
-        number, code = _MESSAGE.unpack(message)
-        error = None if code == 0 else f"OSError: [Errno {code}] {os.strerror(code)}"
-        self.owner.synced(number, error)
+        # An answer with `more` unset is the last until the next request, so reading
+        # stops there without a recv that fails with EAGAIN. Answers with `more` set can
+        # queue up while the loop is busy: read on, so the newest is reported now.
+        while self.sock.fileno() >= 0:
+            try:
+                message = self.sock.recv(_ANSWER.size)
+            except BlockingIOError:
+                return
+            except OSError:
+                message = b""
+            if len(message) != _ANSWER.size:  # the syncer is gone
+                self.stop()
+                self.owner.lost_syncer(self.answered)
+                return
+            self.answered = True
+            number, code, more = _ANSWER.unpack(message)
+            error = None if code == 0 else f"OSError: [Errno {code}] {os.strerror(code)}"
+            self.owner.synced(number, error, bool(more))
+            if not more:
+                return
 
     def stop(self) -> None:
         """Close the socket and wait for the process, which exits when it sees that."""
@@ -429,8 +466,31 @@ class _Syncer:
             with contextlib.suppress(ValueError, OSError, RuntimeError):
                 self.loop.remove_reader(self.sock.fileno())
             self.sock.close()
+        if self._written is not None:
+            mapped = self._written.obj
+            self._written.release()
+            self._written = None
+            assert isinstance(mapped, mmap.mmap)
+            mapped.close()
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+def _shared_number() -> int | None:
+    """A memory file holding one int64, zero, for the syncer's written number; None where
+    the system has none (the syncer then syncs as far as asked)."""
+    if not hasattr(os, "memfd_create"):
+        return None
+    fd = -1
+    try:
+        fd = os.memfd_create("jobwire-redo-written")
+        os.ftruncate(fd, syncproc.WRITTEN_SIZE)
+    except OSError as exc:
+        if fd >= 0:
+            os.close(fd)
+        log.warning("no shared memory for the redo log syncer: %s", exc)
+        return None
+    return fd

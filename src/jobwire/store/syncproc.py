@@ -1,24 +1,35 @@
 """The syncer: a child process that fdatasyncs the redo log for the server.
 
-    python -I -S syncproc.py SOCKET_FD DIRECTORY PREFIX [BUSY_POLL]
+    python -I -S syncproc.py SOCKET_FD DIRECTORY PREFIX [BUSY_POLL [WRITTEN_FD]]
 
 Why a process: a thread of the server would need the GIL after every fdatasync, and the
 server's event loop holds it while it is busy, so a thread's syncs would run only when the
-loop idles. This process shares nothing with the loop but the file and a socket.
+loop idles. This process shares nothing with the loop but the file, a socket and one number.
 
 Protocol, over a SOCK_SEQPACKET socket, one message per datagram: the server asks
-`(batch number, generation)` (two little-endian int64): make the log file of that generation
-durable. The answer is `(batch number, errno)`, 0 when the file is durable. A generation's
-file is created by the server; the first request for it also syncs the directory, so the
-new name survives a crash. The process exits when the server closes its end (or dies), and
-ignores SIGINT and SIGTERM, which a terminal or a service manager may send to the whole
-process group: the server decides when it stops.
+`(batch number, generation)` (REQUEST): make the log file of that generation durable up to
+that batch. The answer is `(batch number, errno, more)` (ANSWER): errno is 0 when the file is
+durable up to that batch, and `more` is 1 when this process has already gone on to sync
+newer batches, so the server must not ask: another answer follows. A generation's file is
+created by the server; the first request for it also syncs the directory, so the new name
+survives a crash. The process exits when the server closes its end (or dies), and ignores
+SIGINT and SIGTERM, which a terminal or a service manager may send to the whole process
+group: the server decides when it stops.
 
-Busy polling (BUSY_POLL seconds, the server's `--busy-poll`): after each answer the process
-polls for the next request without blocking, yielding the CPU (sched_yield) on each pass, for
-that long before it sleeps in recv again. Under a steady load of durable writes the next
-request comes within microseconds, and on a virtual machine waking a sleeping process takes
-tens of them, each time, on top of every fdatasync.
+The written number (WRITTEN_FD, a memory file of one int64 that both processes map): while
+this process works for it, the server stores there the newest batch written to the file
+being synced. Each sync covers the batches up to that number, and when a sync ends and the
+number has grown, the next one starts at once. Asking by message costs a round trip
+through the server's event loop, which is often busy for tens of microseconds handling
+clients, while the batches written meanwhile wait; under load one request now starts a
+chain of back-to-back syncs. A pwrite returns before the server stores the number, so a
+sync begun after reading it covers those frames.
+
+Busy polling (BUSY_POLL seconds, the server's `--busy-poll`): after its last answer the
+process polls for the next request without blocking, yielding the CPU (sched_yield) on each
+pass, for that long before it sleeps in recv again. Under a steady load of durable writes
+the next request comes within microseconds, and on a virtual machine waking a sleeping
+process takes tens of them, each time, on top of every fdatasync.
 
 It runs with `-I -S` and imports only the standard library, so it starts in milliseconds.
 """
@@ -26,6 +37,7 @@ It runs with `-I -S` and imports only the standard library, so it starts in mill
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import signal
 import socket
@@ -33,42 +45,77 @@ import struct
 import sys
 import time
 
-MESSAGE = struct.Struct("<qq")
+REQUEST = struct.Struct("<qq")  # batch number, generation
+ANSWER = struct.Struct("<qqq")  # batch number, errno, more (1: another answer follows)
+WRITTEN_SIZE = 8  # the shared written number: one int64
 
 
-def serve(sock: socket.socket, directory: str, prefix: str, busy_poll: float = 0.0) -> None:
-    generation, fd = -1, -1
+def map_written(fd: int) -> memoryview:
+    """The shared written number in the memory file `fd`, mapped (the map outlives `fd`)."""
+    return memoryview(mmap.mmap(fd, WRITTEN_SIZE)).cast("q")
+
+
+def serve(
+    sock: socket.socket,
+    directory: str,
+    prefix: str,
+    busy_poll: float = 0.0,
+    written: memoryview | None = None,
+) -> None:
+    """Answer requests until the server closes its end. `written`: the shared written
+    number (one int64), or None to sync only as far as asked."""
+    log = _LogFile(directory, prefix)
     poll_until = 0.0  # the `time.monotonic()` until which to poll for the next request
     while True:
         try:
             message = _next_request(sock, poll_until)
         except OSError:
             return
-        if len(message) != MESSAGE.size:  # b"": the server closed its end
+        if len(message) != REQUEST.size:  # b"": the server closed its end
             return
-        number, wanted = MESSAGE.unpack(message)
-        code = 0
-        try:
-            if wanted != generation:
-                if fd >= 0:
-                    os.close(fd)
-                    fd, generation = -1, -1
-                fd = os.open(os.path.join(directory, f"{prefix}{wanted}"), os.O_WRONLY)
-                folder = os.open(directory, os.O_RDONLY)
-                try:
-                    os.fsync(folder)
-                finally:
-                    os.close(folder)
-                generation = wanted
-            os.fdatasync(fd)
-        except OSError as exc:
-            code = exc.errno or errno.EIO
-        try:
-            sock.send(MESSAGE.pack(number, code))
-        except OSError:
-            return
+        number, generation = REQUEST.unpack(message)
+        more = True
+        while more:
+            if written is not None:
+                number = max(number, written[0])
+            code = log.sync(generation)
+            more = code == 0 and written is not None and written[0] > number
+            try:
+                sock.send(ANSWER.pack(number, code, more))
+            except OSError:
+                return
         if busy_poll:
             poll_until = time.monotonic() + busy_poll
+
+
+class _LogFile:
+    """The log file of the generation last synced, kept open."""
+
+    def __init__(self, directory: str, prefix: str) -> None:
+        self.directory, self.prefix = directory, prefix
+        self.generation, self.fd = -1, -1
+
+    def sync(self, generation: int) -> int:
+        """fdatasync the file of `generation`: 0, or the errno of the failure."""
+        try:
+            if generation != self.generation:
+                self._open(generation)
+            os.fdatasync(self.fd)
+        except OSError as exc:
+            return exc.errno or errno.EIO
+        return 0
+
+    def _open(self, generation: int) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd, self.generation = -1, -1
+        self.fd = os.open(os.path.join(self.directory, f"{self.prefix}{generation}"), os.O_WRONLY)
+        folder = os.open(self.directory, os.O_RDONLY)  # the file's name must last too
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+        self.generation = generation
 
 
 def _next_request(sock: socket.socket, poll_until: float) -> bytes:
@@ -76,10 +123,10 @@ def _next_request(sock: socket.socket, poll_until: float) -> bytes:
     then waited for."""
     while time.monotonic() < poll_until:
         try:
-            return sock.recv(MESSAGE.size, socket.MSG_DONTWAIT)
+            return sock.recv(REQUEST.size, socket.MSG_DONTWAIT)
         except BlockingIOError:
             os.sched_yield()  # a process woken on this CPU (the server's client) runs now
-    return sock.recv(MESSAGE.size)
+    return sock.recv(REQUEST.size)
 
 
 def main(argv: list[str]) -> int:
@@ -87,8 +134,12 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     fd, directory, prefix = int(argv[1]), argv[2], argv[3]
     busy_poll = float(argv[4]) if len(argv) > 4 else 0.0
+    written = None
+    if len(argv) > 5:
+        written = map_written(int(argv[5]))
+        os.close(int(argv[5]))
     with socket.socket(fileno=fd) as sock:
-        serve(sock, directory, prefix, busy_poll)
+        serve(sock, directory, prefix, busy_poll, written)
     return 0
 
 
