@@ -321,12 +321,29 @@ def gone(pid: int, deadline: float = 15.0) -> bool:
     return False
 
 
+@pytest.mark.parametrize("fsync", ["batch", "always"])
+def test_the_syncer_runs_before_the_first_job_and_acknowledges_it(
+    db: Path, servers: list[ServerProcess], fsync: str
+) -> None:
+    """Started at the first sync instead, it made every client's first acknowledgement
+    wait for a Python process to start."""
+    server = start(servers, db, "--fsync", fsync)
+    (syncer,) = syncer_pids(server)  # listening means started: no job has been submitted
+    GearmanSocket(server).submit_bg(FUNCTION, "synced")
+    assert syncer_pids(server) == [syncer]  # the same process synced it
+
+
+def test_with_fsync_off_no_syncer_runs(db: Path, servers: list[ServerProcess]) -> None:
+    server = start(servers, db, "--fsync", "off")
+    GearmanSocket(server).submit_bg(FUNCTION, "written")
+    assert syncer_pids(server) == []
+
+
 @pytest.mark.parametrize("ending", ["SIGTERM", "SIGKILL"])
 def test_the_syncer_process_ends_with_the_server(
     db: Path, servers: list[ServerProcess], ending: str
 ) -> None:
     server = start(servers, db)
-    GearmanSocket(server).submit_bg(FUNCTION, "synced")  # its commit starts the syncer
     (syncer,) = syncer_pids(server)
     if ending == "SIGTERM":
         assert server.stop() == 0
@@ -340,7 +357,6 @@ def test_the_syncer_polls_as_long_as_the_server(
     db: Path, servers: list[ServerProcess], flag: tuple[str, ...], window: str
 ) -> None:
     server = start(servers, db, *flag)
-    GearmanSocket(server).submit_bg(FUNCTION, "synced")  # its commit starts the syncer
     (syncer,) = syncer_pids(server)
     argv = Path(f"/proc/{syncer}/cmdline").read_bytes().split(b"\0")
     # ... SOCKET_FD DIRECTORY PREFIX BUSY_POLL WRITTEN_FD, and an empty string after the last

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from jobwire.store import redolog
 from jobwire.store.redolog import RedoLog, frame, read_frames
 
 
@@ -202,3 +203,61 @@ def test_a_syncer_lost_while_following_is_asked_again_for_what_it_left(tmp_path:
     asyncio.run(main())
     redo.stop()
     assert (syncer.published, reports, sent) == ([2, 3], [2], [(3, 1)])
+
+
+def test_a_syncer_started_ahead_syncs_the_first_batch(tmp_path: Path) -> None:
+    redo = RedoLog(tmp_path / "jobs.db")
+    reports: list[tuple[int, str | None]] = []
+
+    async def main() -> None:
+        redo.start(1, lambda number, error: reports.append((number, error)))
+        redo.start_syncer()
+        started = redo._syncer
+        assert started is not None and started.process.poll() is None  # before any batch
+        redo.append(1, b"one")
+        while not reports:
+            await asyncio.sleep(0.001)
+        assert redo._syncer is started  # the first sync started no other process
+
+    asyncio.run(main())
+    redo.stop()
+    assert reports == [(1, None)]
+
+
+def test_with_fsync_off_no_syncer_is_started(tmp_path: Path) -> None:
+    redo = RedoLog(tmp_path / "jobs.db", sync=False)
+
+    async def main() -> None:
+        redo.start(1, lambda number, error: None)
+        redo.start_syncer()
+
+    asyncio.run(main())
+    assert redo._syncer is None
+    redo.stop()
+
+
+def test_a_syncer_that_cannot_start_ahead_is_started_at_the_first_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    redo = RedoLog(tmp_path / "jobs.db")
+    reports: list[tuple[int, str | None]] = []
+    real = redolog._Syncer
+
+    def refused(owner: RedoLog, loop: asyncio.AbstractEventLoop) -> redolog._Syncer:
+        raise OSError("no more processes")
+
+    async def main() -> None:
+        redo.start(1, lambda number, error: reports.append((number, error)))
+        monkeypatch.setattr(redolog, "_Syncer", refused)
+        with caplog.at_level(logging.ERROR):
+            redo.start_syncer()
+        assert redo._syncer is None
+        monkeypatch.setattr(redolog, "_Syncer", real)
+        redo.append(1, b"one")
+        while not reports:
+            await asyncio.sleep(0.001)
+
+    asyncio.run(main())
+    redo.stop()
+    assert "cannot start the redo log syncer: no more processes" in caplog.text
+    assert reports == [(1, None)]

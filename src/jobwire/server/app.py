@@ -130,6 +130,7 @@ class Server:
         if restored:
             seconds = time.perf_counter() - started
             log.info("restored %d jobs from the store in %.2fs", restored, seconds)
+        store.start()
         runtime = Runtime(engine, loop, config.busy_poll)
         gearman = GearmanServer(runtime, config.gearman)
         if config.pid_file is not None:

@@ -55,6 +55,10 @@ class Store(Protocol):
     def load(self) -> Iterable[StoredJob]:
         """Every job to resume, in their original enqueue order."""
 
+    def start(self) -> None:
+        """On the running event loop, after `load` and before the first hook: start what
+        the store runs beside the loop, so the first write does not wait for it."""
+
     def job_saved(self, job: Job) -> None:
         """Insert or replace the job's row (new job, new attempt, new run_at)."""
 
@@ -83,6 +87,9 @@ class MemoryStore:
 
     def load(self) -> Iterable[StoredJob]:
         return ()
+
+    def start(self) -> None:
+        pass
 
     def job_saved(self, job: Job) -> None:
         pass

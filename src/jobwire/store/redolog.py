@@ -163,6 +163,19 @@ class RedoLog:
         self._on_written = on_written
         self._generation = generation
 
+    def start_syncer(self) -> None:
+        """Start the syncer process now, on the loop after `start`: started at the first
+        sync instead, it makes that sync, and every client's first acknowledgement, wait
+        for a Python process to start (tens of milliseconds). With fsync off there is none.
+        """
+        if not self.sync or self._syncer is not None:
+            return
+        assert self._loop is not None
+        try:
+            self._syncer = _Syncer(self, self._loop)
+        except OSError as exc:  # the first sync tries again, and fails its batch if it must
+            log.error("cannot start the redo log syncer: %s", exc)
+
     def append(self, number: int, body: bytes) -> None:
         """Write batch `number`'s frame; `on_written` will report it."""
         start = self._size

@@ -446,11 +446,21 @@ class SQLiteStore:
 
     # ------------------------------------------------------------------ group commit
 
+    def start(self) -> None:
+        """`Store.start`: the redo log and its syncer process, ready for the first write."""
+        if self._loop is None:
+            self._start_log()
+        self._log.start_syncer()
+
+    def _start_log(self) -> asyncio.AbstractEventLoop:
+        self._loop = loop = asyncio.get_running_loop()
+        self._log.start(self._generation, self._written)
+        return loop
+
     def _schedule(self) -> None:
         loop = self._loop
-        if loop is None:
-            self._loop = loop = asyncio.get_running_loop()
-            self._log.start(self._generation, self._written)
+        if loop is None:  # not started: a store used without a server (tests, tools)
+            loop = self._start_log()
         self._scheduled = True
         loop.call_soon(self._turn_ended)
 
