@@ -205,15 +205,22 @@ def test_a_syncer_lost_while_following_is_asked_again_for_what_it_left(tmp_path:
     assert (syncer.published, reports, sent) == ([2, 3], [2], [(3, 1)])
 
 
-def test_a_syncer_started_ahead_syncs_the_first_batch(tmp_path: Path) -> None:
-    redo = RedoLog(tmp_path / "jobs.db")
+def test_ready_ahead_the_file_is_open_and_its_syncer_syncs_the_first_batch(
+    tmp_path: Path,
+) -> None:
+    redo = RedoLog(tmp_path / "jobs.db", preallocate=10_000)
+    redo.prepare()
     reports: list[tuple[int, str | None]] = []
 
     async def main() -> None:
         redo.start(1, lambda number, error: reports.append((number, error)))
-        redo.start_syncer()
+        redo.get_ready()
         started = redo._syncer
         assert started is not None and started.process.poll() is None  # before any batch
+        assert redo.path(1).stat().st_size == 10_000  # the zero-filled spare, renamed
+        while not started.answered:  # its directory sync, asked for batch 0, is ignored
+            await asyncio.sleep(0.001)
+        assert reports == []
         redo.append(1, b"one")
         while not reports:
             await asyncio.sleep(0.001)
@@ -222,17 +229,19 @@ def test_a_syncer_started_ahead_syncs_the_first_batch(tmp_path: Path) -> None:
     asyncio.run(main())
     redo.stop()
     assert reports == [(1, None)]
+    assert list(read_frames(redo.path(1))) == [b"one"]
 
 
-def test_with_fsync_off_no_syncer_is_started(tmp_path: Path) -> None:
+def test_ready_ahead_with_fsync_off_opens_the_file_and_starts_no_syncer(tmp_path: Path) -> None:
     redo = RedoLog(tmp_path / "jobs.db", sync=False)
 
     async def main() -> None:
         redo.start(1, lambda number, error: None)
-        redo.start_syncer()
+        redo.get_ready()
 
     asyncio.run(main())
     assert redo._syncer is None
+    assert redo.generations() == [1]
     redo.stop()
 
 
@@ -250,7 +259,7 @@ def test_a_syncer_that_cannot_start_ahead_is_started_at_the_first_sync(
         redo.start(1, lambda number, error: reports.append((number, error)))
         monkeypatch.setattr(redolog, "_Syncer", refused)
         with caplog.at_level(logging.ERROR):
-            redo.start_syncer()
+            redo.get_ready()
         assert redo._syncer is None
         monkeypatch.setattr(redolog, "_Syncer", real)
         redo.append(1, b"one")
@@ -261,3 +270,24 @@ def test_a_syncer_that_cannot_start_ahead_is_started_at_the_first_sync(
     redo.stop()
     assert "cannot start the redo log syncer: no more processes" in caplog.text
     assert reports == [(1, None)]
+
+
+def test_a_file_that_cannot_be_opened_ahead_fails_the_first_batch_that_needs_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    redo = RedoLog(tmp_path / "missing" / "jobs.db")
+    reports: list[tuple[int, str | None]] = []
+
+    async def main() -> None:
+        redo.start(1, lambda number, error: reports.append((number, error)))
+        with caplog.at_level(logging.ERROR):
+            redo.get_ready()
+        assert redo._syncer is None
+        redo.append(1, b"one")
+        while not reports:
+            await asyncio.sleep(0.001)
+
+    asyncio.run(main())
+    redo.stop()
+    assert "cannot open the redo log" in caplog.text
+    assert reports[0][0] == 1 and "FileNotFoundError" in str(reports[0][1])

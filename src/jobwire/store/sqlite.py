@@ -447,10 +447,11 @@ class SQLiteStore:
     # ------------------------------------------------------------------ group commit
 
     def start(self) -> None:
-        """`Store.start`: the redo log and its syncer process, ready for the first write."""
+        """`Store.start`: the redo log's file and its syncer process, ready for the first
+        write."""
         if self._loop is None:
             self._start_log()
-        self._log.start_syncer()
+        self._log.get_ready()
 
     def _start_log(self) -> asyncio.AbstractEventLoop:
         self._loop = loop = asyncio.get_running_loop()
