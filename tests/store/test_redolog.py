@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -245,49 +246,50 @@ def test_ready_ahead_with_fsync_off_opens_the_file_and_starts_no_syncer(tmp_path
     redo.stop()
 
 
-def test_a_syncer_that_cannot_start_ahead_is_started_at_the_first_sync(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    redo = RedoLog(tmp_path / "jobs.db")
+def ready_without_a_syncer_then_one_batch(
+    redo: RedoLog, caplog: pytest.LogCaptureFixture, between: Callable[[], None]
+) -> tuple[int, str | None]:
+    """`get_ready` (its errors logged) leaves no syncer; `between` runs, then batch 1 is
+    written: its report."""
     reports: list[tuple[int, str | None]] = []
-    real = redolog._Syncer
-
-    def refused(owner: RedoLog, loop: asyncio.AbstractEventLoop) -> redolog._Syncer:
-        raise OSError("no more processes")
 
     async def main() -> None:
         redo.start(1, lambda number, error: reports.append((number, error)))
-        monkeypatch.setattr(redolog, "_Syncer", refused)
         with caplog.at_level(logging.ERROR):
             redo.get_ready()
         assert redo._syncer is None
-        monkeypatch.setattr(redolog, "_Syncer", real)
+        between()
         redo.append(1, b"one")
         while not reports:
             await asyncio.sleep(0.001)
 
     asyncio.run(main())
     redo.stop()
+    return reports[0]
+
+
+def test_a_syncer_that_cannot_start_ahead_is_started_at_the_first_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real = redolog._Syncer
+
+    def refused(owner: RedoLog, loop: asyncio.AbstractEventLoop) -> redolog._Syncer:
+        raise OSError("no more processes")
+
+    monkeypatch.setattr(redolog, "_Syncer", refused)
+    report = ready_without_a_syncer_then_one_batch(
+        RedoLog(tmp_path / "jobs.db"),
+        caplog,
+        lambda: monkeypatch.setattr(redolog, "_Syncer", real),
+    )
     assert "cannot start the redo log syncer: no more processes" in caplog.text
-    assert reports == [(1, None)]
+    assert report == (1, None)
 
 
 def test_a_file_that_cannot_be_opened_ahead_fails_the_first_batch_that_needs_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     redo = RedoLog(tmp_path / "missing" / "jobs.db")
-    reports: list[tuple[int, str | None]] = []
-
-    async def main() -> None:
-        redo.start(1, lambda number, error: reports.append((number, error)))
-        with caplog.at_level(logging.ERROR):
-            redo.get_ready()
-        assert redo._syncer is None
-        redo.append(1, b"one")
-        while not reports:
-            await asyncio.sleep(0.001)
-
-    asyncio.run(main())
-    redo.stop()
+    number, error = ready_without_a_syncer_then_one_batch(redo, caplog, lambda: None)
     assert "cannot open the redo log" in caplog.text
-    assert reports[0][0] == 1 and "FileNotFoundError" in str(reports[0][1])
+    assert number == 1 and "FileNotFoundError" in str(error)
