@@ -182,14 +182,10 @@ class RedoLog:
             return
         if not self.sync or self._syncer is not None:
             return
-        assert self._loop is not None
-        try:
-            self._syncer = _Syncer(self, self._loop)
-        except OSError as exc:  # the first sync tries again, and fails its batch if it must
-            log.error("cannot start the redo log syncer: %s", exc)
-            return
-        # Batch 0 is none: the answer is ignored (`synced`), the directory sync is done.
-        self._syncer.ask(0, self._generation)
+        syncer = self._start_syncer()  # if it cannot start, the first sync tries again
+        if not isinstance(syncer, str):
+            # Batch 0 is none: the answer is ignored (`synced`), the directory sync is done.
+            syncer.ask(0, self._generation)
 
     def append(self, number: int, body: bytes) -> None:
         """Write batch `number`'s frame; `on_written` will report it."""
@@ -296,17 +292,22 @@ class RedoLog:
         self._send(number, first.generation)
 
     def _send(self, number: int, generation: int) -> None:
-        syncer = self._syncer
-        if syncer is None:
-            loop = self._loop
-            assert loop is not None
-            try:
-                syncer = self._syncer = _Syncer(self, loop)
-            except OSError as exc:
-                log.error("cannot start the redo log syncer: %s", exc)
-                loop.call_soon(self.synced, number, f"redo log syncer: {exc}")
-                return
-        syncer.ask(number, generation)
+        syncer = self._syncer or self._start_syncer()
+        if isinstance(syncer, str):  # why it could not be started
+            assert self._loop is not None
+            self._loop.call_soon(self.synced, number, syncer)
+        else:
+            syncer.ask(number, generation)
+
+    def _start_syncer(self) -> _Syncer | str:
+        """A new syncer process, or why it could not be started (logged)."""
+        assert self._loop is not None
+        try:
+            self._syncer = _Syncer(self, self._loop)
+        except OSError as exc:
+            log.error("cannot start the redo log syncer: %s", exc)
+            return f"redo log syncer: {exc}"
+        return self._syncer
 
     def synced(self, number: int, error: str | None, more: bool = False) -> None:
         """The syncer's answer: the batches up to `number` are durable, or not; `more`:
