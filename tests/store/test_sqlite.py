@@ -18,6 +18,7 @@ import pytest
 
 from jobwire.engine import Engine, EngineConfig, Job, JobState, WorkerSession
 from jobwire.store import redolog
+from jobwire.store import sqlite as sqlite_store
 from jobwire.store.base import StoredJob
 from jobwire.store.sqlite import SCHEMA_VERSION, SQLiteStore, StoreError
 
@@ -623,6 +624,79 @@ def test_a_failed_checkpoint_keeps_the_log_and_the_next_one_writes_it_all(
     run(main)
     blocker.close()
     crash(store)
+    assert [row.id for row in loaded(path)] == [job.id for job in jobs]
+
+
+def test_a_log_longer_than_a_chunk_keeps_the_latest_change_across_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    removed, changed, kept, back = (make_job(number) for number in range(1, 5))
+
+    async def main() -> None:
+        # One batch per line: with chunks of two changes, every change below lands in a
+        # later chunk than the one it overrides.
+        for job in (removed, changed, kept, back):
+            store.job_saved(job)
+        store.kv_put("cron", "gone", b"1")
+        store.kv_put("cron", "kept", b"1")
+        assert await committed(store)
+        store.job_removed(removed)
+        assert await committed(store)
+        changed.attempts = 3
+        store.job_saved(changed)
+        assert await committed(store)
+        store.job_removed(back)
+        assert await committed(store)
+        store.job_saved(back)
+        store.kv_put("cron", "gone", None)
+        store.kv_put("cron", "kept", b"2")
+        assert await committed(store)
+
+    run(main)
+    crash(store)
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_CHUNK", 2)
+    store = SQLiteStore(path)  # replays the log chunk by chunk, in one transaction
+    rows = {row.id: row for row in store.load()}
+    assert list(rows) == ["H:test:2", "H:test:3", "H:test:4"]
+    assert rows["H:test:2"].attempts == 3
+    assert store.kv_load("cron") == {"kept": b"2"}
+    assert redo_files(path) == []
+    store.close()
+
+
+def test_a_failure_after_some_chunks_were_written_rolls_them_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path, checkpoint_bytes=1 << 30)
+    jobs = [make_job(number) for number in range(1, 7)]
+
+    async def main() -> None:
+        for job in jobs:
+            store.job_saved(job)
+            assert await committed(store)
+
+    run(main)
+    crash(store)
+    written = redo_files(path)
+    # A later generation that cannot be decoded: chunks of the earlier ones were written
+    # to SQLite before it was read.
+    broken = tmp_path / f"jobs.db-redo-{store._generation + 1}"
+    broken.write_bytes(redolog.frame(b"not marshal data"))
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_CHUNK", 2)
+    conn = sqlite_store.connect(path, "batch")  # as the checkpoint process does
+    inserted: list[int] = []
+    conn.create_function("counted", 0, lambda: inserted.append(1) or 0)
+    conn.execute("CREATE TEMP TRIGGER counted BEFORE INSERT ON jobs BEGIN SELECT counted(); END")
+    with pytest.raises(StoreError, match="redo log"):
+        sqlite_store.apply_log(conn, path)
+    assert len(inserted) == len(jobs)  # written chunk by chunk before the broken file...
+    assert conn.execute("SELECT COUNT(*) FROM jobs").fetchone() == (0,)  # ...and rolled back
+    conn.close()
+    broken.unlink()
+    assert redo_files(path) == written  # kept for the next try
     assert [row.id for row in loaded(path)] == [job.id for job in jobs]
 
 
