@@ -155,6 +155,25 @@ def test_latest_change_per_job_wins_within_a_batch(tmp_path: Path) -> None:
     assert [row.id for row in loaded(path)] == ["H:test:2", "H:test:3"]
 
 
+def test_replayed_jobs_share_their_function_and_queue_names(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+
+    async def main() -> None:
+        for number in range(1, 4):
+            store.job_saved(make_job(number))
+        store.job_saved(make_job(4, queue="other"))
+        assert await committed(store)
+
+    run(main)
+    store.close()
+    rows = loaded(path)
+    # One string per name, as for jobs queued live: not one per job and column.
+    assert rows[0].function is rows[1].function is rows[2].function is rows[3].function
+    assert rows[0].queue is rows[0].function
+    assert rows[3].queue == "other"
+
+
 def test_after_commit_waits_for_the_commit_and_is_immediate_when_idle(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "jobs.db")
     calls: list[tuple[str, bool]] = []

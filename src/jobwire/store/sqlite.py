@@ -415,9 +415,16 @@ class SQLiteStore:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def load(self) -> Iterator[StoredJob]:
+        # Rows repeat a few function and queue names: each read as a new string would stay
+        # in its replayed job, two copies per job that jobs queued live share.
+        names: dict[str, str] = {}
         try:
             for row in self._conn.execute(_LOAD):
-                yield StoredJob(*row)
+                job = StoredJob(*row)
+                function, queue = job.function, job.queue
+                job.function = names.setdefault(function, function)
+                job.queue = names.setdefault(queue, queue)
+                yield job
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read {self.path}: {exc}") from exc
 
