@@ -719,6 +719,37 @@ def test_a_failure_after_some_chunks_were_written_rolls_them_back(
     assert [row.id for row in loaded(path)] == [job.id for job in jobs]
 
 
+def test_key_value_writes_count_towards_a_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path, checkpoint_bytes=1 << 30)
+
+    async def main() -> None:
+        for number in range(6):  # a log of key-value writes alone
+            store.kv_put("cron", f"entry-{number}", b"{}")
+            assert await committed(store)
+
+    run(main)
+    crash(store)
+    broken = tmp_path / f"jobs.db-redo-{store._generation + 1}"
+    broken.write_bytes(redolog.frame(b"not marshal data"))
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_CHUNK", 2)
+    conn = sqlite_store.connect(path, "batch")
+    written: list[int] = []
+    conn.create_function("counted", 0, lambda: written.append(1) or 0)
+    conn.execute("CREATE TEMP TRIGGER counted BEFORE INSERT ON kv BEGIN SELECT counted(); END")
+    with pytest.raises(StoreError, match="redo log"):
+        sqlite_store.apply_log(conn, path)
+    assert len(written) == 6  # written in chunks before the broken file, then rolled back
+    assert conn.execute("SELECT COUNT(*) FROM kv").fetchone() == (0,)
+    conn.close()
+    broken.unlink()
+    store = SQLiteStore(path)
+    assert sorted(store.kv_load("cron")) == [f"entry-{number}" for number in range(6)]
+    store.close()
+
+
 def test_a_torn_frame_at_the_end_of_the_log_is_ignored(tmp_path: Path) -> None:
     path = tmp_path / "jobs.db"
     store = SQLiteStore(path)
