@@ -494,11 +494,39 @@ def redo_files(path: Path) -> list[str]:
 
 def count_inserts(store: SQLiteStore) -> list[int]:
     """A list whose length counts the rows SQLite inserts into `jobs` from now on."""
+    return counted_inserts(store._conn, "jobs")
+
+
+def counted_inserts(conn: sqlite3.Connection, table: str) -> list[int]:
+    """A list whose length counts the rows `conn` inserts into `table` from now on."""
     inserted: list[int] = []
-    conn = store._conn
     conn.create_function("counted", 0, lambda: inserted.append(1) or 0)
-    conn.execute("CREATE TEMP TRIGGER counted BEFORE INSERT ON jobs BEGIN SELECT counted(); END")
+    trigger = f"CREATE TEMP TRIGGER counted BEFORE INSERT ON {table} BEGIN SELECT counted(); END"
+    conn.execute(trigger)
     return inserted
+
+
+def replay_failing_after_chunks_of_two(
+    store: SQLiteStore, monkeypatch: pytest.MonkeyPatch, table: str
+) -> int:
+    """Crash `store`, add a log file after its last one that cannot be decoded, and replay
+    the log in chunks of two changes as the checkpoint process does: the rows inserted into
+    `table` before it failed (and rolled them back). The broken file is removed again."""
+    crash(store)
+    path = store.path
+    written = redo_files(path)
+    broken = path.parent / f"{path.name}-redo-{store._generation + 1}"
+    broken.write_bytes(redolog.frame(b"not marshal data"))
+    monkeypatch.setattr(sqlite_store, "CHECKPOINT_CHUNK", 2)
+    conn = sqlite_store.connect(path, "batch")
+    inserted = counted_inserts(conn, table)
+    with pytest.raises(StoreError, match="redo log"):
+        sqlite_store.apply_log(conn, path)
+    assert conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone() == (0,)  # rolled back
+    conn.close()
+    broken.unlink()
+    assert redo_files(path) == written  # kept for the next try
+    return len(inserted)
 
 
 def test_acknowledged_jobs_survive_a_crash_through_the_log_alone(tmp_path: Path) -> None:
@@ -698,24 +726,8 @@ def test_a_failure_after_some_chunks_were_written_rolls_them_back(
             assert await committed(store)
 
     run(main)
-    crash(store)
-    written = redo_files(path)
-    # A later generation that cannot be decoded: chunks of the earlier ones were written
-    # to SQLite before it was read.
-    broken = tmp_path / f"jobs.db-redo-{store._generation + 1}"
-    broken.write_bytes(redolog.frame(b"not marshal data"))
-    monkeypatch.setattr(sqlite_store, "CHECKPOINT_CHUNK", 2)
-    conn = sqlite_store.connect(path, "batch")  # as the checkpoint process does
-    inserted: list[int] = []
-    conn.create_function("counted", 0, lambda: inserted.append(1) or 0)
-    conn.execute("CREATE TEMP TRIGGER counted BEFORE INSERT ON jobs BEGIN SELECT counted(); END")
-    with pytest.raises(StoreError, match="redo log"):
-        sqlite_store.apply_log(conn, path)
-    assert len(inserted) == len(jobs)  # written chunk by chunk before the broken file...
-    assert conn.execute("SELECT COUNT(*) FROM jobs").fetchone() == (0,)  # ...and rolled back
-    conn.close()
-    broken.unlink()
-    assert redo_files(path) == written  # kept for the next try
+    # Written chunk by chunk before the broken file was read, then rolled back.
+    assert replay_failing_after_chunks_of_two(store, monkeypatch, "jobs") == len(jobs)
     assert [row.id for row in loaded(path)] == [job.id for job in jobs]
 
 
@@ -731,20 +743,8 @@ def test_key_value_writes_count_towards_a_chunk(
             assert await committed(store)
 
     run(main)
-    crash(store)
-    broken = tmp_path / f"jobs.db-redo-{store._generation + 1}"
-    broken.write_bytes(redolog.frame(b"not marshal data"))
-    monkeypatch.setattr(sqlite_store, "CHECKPOINT_CHUNK", 2)
-    conn = sqlite_store.connect(path, "batch")
-    written: list[int] = []
-    conn.create_function("counted", 0, lambda: written.append(1) or 0)
-    conn.execute("CREATE TEMP TRIGGER counted BEFORE INSERT ON kv BEGIN SELECT counted(); END")
-    with pytest.raises(StoreError, match="redo log"):
-        sqlite_store.apply_log(conn, path)
-    assert len(written) == 6  # written in chunks before the broken file, then rolled back
-    assert conn.execute("SELECT COUNT(*) FROM kv").fetchone() == (0,)
-    conn.close()
-    broken.unlink()
+    # Written chunk by chunk before the broken file was read, then rolled back.
+    assert replay_failing_after_chunks_of_two(store, monkeypatch, "kv") == 6
     store = SQLiteStore(path)
     assert sorted(store.kv_load("cron")) == [f"entry-{number}" for number in range(6)]
     store.close()
