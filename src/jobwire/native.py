@@ -33,6 +33,7 @@ MODULES = (
     "jobwire.server.gearman",
     "jobwire.server.runtime",
     "jobwire.store.frames",
+    "jobwire.store.journal",
     "jobwire.store.sqlite",
 )
 GROUP = "jobwire.hot"

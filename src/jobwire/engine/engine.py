@@ -32,6 +32,7 @@ from jobwire.engine.lanes import FunctionInfo, Lane
 from jobwire.engine.timers import TimerHeap
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
 from jobwire.store.base import MemoryStore, Store, StoredJob, decode_ext
+from jobwire.store.journal import Journal, journal_of
 
 _AVAILABLE: Final = JobState.AVAILABLE
 _ACTIVE: Final = JobState.ACTIVE
@@ -144,10 +145,8 @@ class Engine:
         self.clock = clock
         self.store: Store = store or MemoryStore()
         self._durable = self.store.durable
-        # Bound once: a call through the Store protocol looks the method up by name, and a
-        # durable store is told of every job.
-        self._save: Callable[[Job], None] = self.store.job_saved
-        self._remove: Callable[[Job], None] = self.store.job_removed
+        # A durable store is told of every job: natively, where it is compiled with us.
+        self._journal: Journal = journal_of(self.store)
         self._handle_prefix = self.config.handle_prefix + ":"
         self.jobs = JobIndex(self._handle_prefix)
         self.uniques: dict[UniqueKey, Job] = {}
@@ -351,12 +350,12 @@ class Engine:
             # A background submit makes the job outlive its foreground clients.
             existing.background = True
             if self._durable:
-                self._save(existing)
+                self._journal.job_saved(existing)
 
     def _accepted(self, job: Job) -> None:
         """Log a new job to the store and tell the observers."""
         if job.background and self._durable:
-            self._save(job)
+            self._journal.job_saved(job)
         if self.event_log is not None or self.observers:
             scheduled = job.state is JobState.SCHEDULED
             self._observe("job.scheduled" if scheduled else "job.enqueued", job)
@@ -379,7 +378,7 @@ class Engine:
             raise IllegalTransition(f"cannot activate a {job.state.name.lower()} job")
         self._make_available(job, self.function(job.function))
         if self._durable and job.background:
-            self._save(job)  # a restart must not stage it again
+            self._journal.job_saved(job)  # a restart must not stage it again
 
     # ------------------------------------------------------------------ queueing
 
@@ -646,7 +645,7 @@ class Engine:
         if timeout:
             self._set_lease(job, now + timeout)
         if self._durable and job.background:
-            self._save(job)
+            self._journal.job_saved(job)
         if self.event_log is not None or self.observers:
             self._observe("job.started", job)
 
@@ -696,7 +695,7 @@ class Engine:
             # Keep its place: it was the oldest job when it was handed out.
             self._make_available(job, fn, front=True)
         if self._durable and job.background:
-            self._save(job)
+            self._journal.job_saved(job)
         if self.event_log is not None or self.observers:
             self._observe("job.retrying", job)
 
@@ -766,7 +765,7 @@ class Engine:
             self._tell(job, event, data)
             job.subscribers = None
         if self._durable and job.background:
-            self._remove(job)
+            self._journal.job_removed(job)
         if self.config.retain_finished > 0:
             finished = self._finished
             finished.append((now + self.config.retain_finished, job))
@@ -824,7 +823,7 @@ class Engine:
             self.uniques[key] = fresh
         self._make_available(fresh, self.function(fresh.function))
         if self._durable:
-            self._save(fresh)
+            self._journal.job_saved(fresh)
         if self.event_log is not None or self.observers:
             self._observe("job.enqueued", fresh)
         return fresh
@@ -893,7 +892,7 @@ class Engine:
         """
         for job in self.jobs.values():
             if self._durable and job.background:
-                self._remove(job)
+                self._journal.job_removed(job)
             if job.worker is not None:
                 job.worker.jobs.pop(job.id, None)
                 job.worker = None

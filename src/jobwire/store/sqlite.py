@@ -53,6 +53,7 @@ from jobwire.engine.job import Job
 from jobwire.store import frames
 from jobwire.store.base import StoredJob
 from jobwire.store.frames import FULL_WIDTH, PLAIN_WIDTH, Changes, FrameBuilder, KVChanges
+from jobwire.store.journal import Journal
 from jobwire.store.redolog import RedoLog, read_frames
 
 log = logging.getLogger("jobwire.store")
@@ -356,7 +357,7 @@ def _write_changes(
             conn.execute(_KV_PUT, (namespace, key, value))
 
 
-class SQLiteStore:
+class SQLiteStore(Journal):
     """A `Store` on one SQLite file. Create it, `load()`, then use it from one event loop."""
 
     durable = True
