@@ -94,6 +94,19 @@ def test_encode_keeps_nuls_in_the_last_field() -> None:
     assert struct.unpack(">I", raw[8:12])[0] == 4 + len(data)
 
 
+@pytest.mark.parametrize("size", [0, 1, 1022, 1023, 1024, 70_000])
+def test_headers_are_right_built_or_reused_at_every_size(size: int) -> None:
+    # Headers of bodies under 1 KiB are kept per type and size once built; larger ones are
+    # packed each time. Each size twice, and one type after another: a kept header must
+    # be found for its own type and size only.
+    data = b"d" * max(size - 4, 0)
+    for _ in range(2):
+        for ptype in (PacketType.WORK_COMPLETE, PacketType.WORK_DATA):
+            raw = encode(ptype, b"H:1", data) if size >= 4 else encode(ptype, b"x" * size)
+            assert raw[:HEADER_SIZE] == RES_MAGIC + struct.pack(">II", ptype, size)
+            assert len(raw) == HEADER_SIZE + size
+
+
 @pytest.mark.parametrize("name", sorted(REQUEST_EXAMPLES))
 def test_encode_request_size_matches_body(name: str) -> None:
     number, _ = REQUESTS[name]

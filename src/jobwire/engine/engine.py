@@ -668,7 +668,9 @@ class Engine:
     def _release(self, job: Job) -> None:
         worker = job.worker
         if worker is not None:
-            worker.jobs.pop(job.id, None)
+            held = worker.jobs
+            if job.id in held:  # compiled, `in` and `del` are native; `pop` is a method call
+                del held[job.id]
             job.worker = None
         job.lease_deadline = None
         self.functions[job.function].running -= 1
