@@ -2,9 +2,9 @@
 
 A durable store hears of every job the engine creates, takes or finishes. Called through the
 `Store` protocol, that is a Python-level method call (a bound method, its argument parsing)
-for every job, as much as the store's own work for a plain job. A store compiled with the
-engine (`jobwire.native`) subclasses `Journal`, and the engine's calls go straight to it;
-any other store is wrapped in a `StoreJournal`.
+for every job: some 200 instructions of a durable enqueue's 5,400 per job. A store compiled
+with the engine (`jobwire.native`) subclasses `Journal`, and the engine's calls go straight
+to it; any other store is wrapped in a `StoreJournal`.
 """
 
 from __future__ import annotations
