@@ -71,6 +71,22 @@ def test_handles_count_up_globally(h: Harness) -> None:
     assert ids == ["H:test:1", "H:test:2", "H:test:3"]
 
 
+def test_handles_are_the_prefix_and_the_number_across_blocks_of_a_thousand(h: Harness) -> None:
+    # Numbers from 1000 on are built from a block's head and three digits (`next_handle`).
+    ids = [h.engine.next_handle() for _ in range(3003)]
+    assert ids == [f"H:test:{number}" for number in range(1, 3004)]
+
+
+def test_handles_follow_a_counter_moved_by_a_restore(h: Harness) -> None:
+    h.engine.next_handle()  # a block head is made for neither of these: below 1000
+    h.engine.restore([restored_job("H:test:1999")])
+    assert [h.engine.next_handle() for _ in range(2)] == ["H:test:2000", "H:test:2001"]
+    h.engine.restore([restored_job("H:test:12345")])
+    assert h.engine.next_handle() == "H:test:12346"
+    h.engine.restore([restored_job("H:test:5000999")])
+    assert [h.engine.next_handle() for _ in range(2)] == ["H:test:5001000", "H:test:5001001"]
+
+
 def test_default_handle_prefix_is_the_hostname() -> None:
     assert Engine().next_handle() == f"H:{socket.gethostname()}:1"
 

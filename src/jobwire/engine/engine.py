@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from mypy_extensions import i64
+
 from jobwire.engine.errors import IllegalTransition, JobNotHeld, QueueFull
 from jobwire.engine.events import EventLog
 from jobwire.engine.job import (
@@ -133,6 +135,10 @@ def _best_of(lanes: list[Lane]) -> Lane | None:
     return best_lane
 
 
+#: "000" to "999": the last three digits of a job id (`Engine.next_handle`).
+_LAST_DIGITS: Final = [f"{low:03d}" for low in range(1000)]
+
+
 class Engine:
     def __init__(
         self,
@@ -160,6 +166,11 @@ class Engine:
         # Plain integers, not itertools.count: next() is a generic call in compiled code.
         self._last_seq = 0
         self._last_handle = 0
+        # The ids of one thousand numbers share their head (`next_handle`): the block of
+        # numbers it is for, and the head, `PREFIX:` and the number without its last three
+        # digits.
+        self._handle_block: i64 = 0
+        self._handle_head = ""
         self._finished: deque[tuple[float, Job]] = deque()
         #: Seconds to wait before a failed job is retried; protocols with retry policies set it.
         self.backoff: Callable[[Job], float] = lambda job: 0.0
@@ -174,9 +185,20 @@ class Engine:
     # ------------------------------------------------------------------ ids and registry
 
     def next_handle(self) -> str:
-        """The id of the next job the engine numbers (`_last_handle` is its number)."""
-        self._last_handle += 1
-        return f"{self._handle_prefix}{self._last_handle}"
+        """The id of the next job the engine numbers (`_last_handle` is its number).
+
+        `PREFIX:N` is the head of N's block of a thousand numbers and N's last three digits,
+        each made once: formatting N and joining it to the prefix cost 2.5 times more.
+        """
+        number: i64 = self._last_handle + 1
+        self._last_handle = number
+        if number < 1000:
+            return f"{self._handle_prefix}{number}"
+        block = number // 1000
+        if block != self._handle_block:  # also after `_last_handle` moved (replay)
+            self._handle_block = block
+            self._handle_head = f"{self._handle_prefix}{block}"
+        return self._handle_head + _LAST_DIGITS[number % 1000]
 
     def function(self, name: str) -> FunctionInfo:
         """The function's record, created on first mention (as gearmand's are)."""
