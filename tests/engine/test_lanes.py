@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
+import sys
 
 from jobwire.engine import PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL, Job, JobState
 from jobwire.engine.lanes import FunctionInfo, Lane
@@ -160,3 +162,42 @@ def test_function_info_totals() -> None:
     assert fn.available == 2
     assert fn.total == 7
     assert fn.max_queue is None
+
+
+def test_a_level_stays_fifo_as_it_is_cut_down_while_jobs_come_and_go() -> None:
+    # A backlog, then one job in and one or two out per step: the level's list passes its
+    # 1,024 taken entries many times and is cut down each time, never running empty.
+    target = lane()
+    queued: collections.deque[str] = collections.deque()
+
+    def push(name: str) -> None:
+        target.push(make(name))
+        queued.append(name)
+
+    for number in range(3000):
+        push(f"b{number}")
+    for step in range(5000):
+        push(f"s{step}")
+        for _ in range(1 + step % 2 if len(queued) > 1 else 1):
+            job = target.pop()
+            assert job is not None and job.id == queued.popleft()
+        assert target.count == len(queued) == entries(target)
+    assert drain(target) == list(queued)
+    assert target.count == entries(target) == 0
+
+
+def test_a_taken_job_is_no_longer_held_by_its_level() -> None:
+    target = lane()
+    jobs = [make(name) for name in ("a", "b", "c")]
+    for job in jobs:
+        target.push(job)
+    held = sys.getrefcount(jobs[0])
+    # Not in an assert: pytest keeps the values an assert compares.
+    first_taken = target.pop() is jobs[0]
+    assert (first_taken, sys.getrefcount(jobs[0])) == (True, held - 1)
+    # The same when the level runs empty and is cleared, and for a stale entry dropped.
+    cancel(target, jobs[1])
+    stale_held, last_held = sys.getrefcount(jobs[1]), sys.getrefcount(jobs[2])
+    last_taken = target.pop() is jobs[2]
+    after = sys.getrefcount(jobs[1]), sys.getrefcount(jobs[2])
+    assert (last_taken, after) == (True, (stale_held - 1, last_held - 1))
