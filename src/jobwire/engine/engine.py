@@ -590,7 +590,7 @@ class Engine:
             return None
         job = lane.pop()
         assert job is not None
-        self._lease(job, worker, None)
+        self._lease(job, lane.function, worker, None)
         return job
 
     def sleep(self, worker: WorkerSession) -> bool:
@@ -616,7 +616,7 @@ class Engine:
             job = lane.pop()
             assert job is not None
             worker.credit -= 1
-            self._lease(job, worker, None)
+            self._lease(job, lane.function, worker, None)
             worker.handler.assign(job)
         self._stop_waiting(worker)
 
@@ -642,7 +642,7 @@ class Engine:
                     break
                 job = lane.pop()
                 assert job is not None
-                self._lease(job, worker, lease_timeout)
+                self._lease(job, lane.function, worker, lease_timeout)
                 leased.append(job)
         return leased
 
@@ -655,14 +655,17 @@ class Engine:
 
     # ------------------------------------------------------------------ leases
 
-    def _lease(self, job: Job, worker: WorkerSession, lease_timeout: float | None) -> None:
+    def _lease(
+        self, job: Job, fn: FunctionInfo, worker: WorkerSession, lease_timeout: float | None
+    ) -> None:
+        """Hand `job`, just taken from a lane of `fn` (its function), to `worker`."""
         now = self.clock()
         job.state = _ACTIVE
         job.worker = worker
         job.attempts += 1
         job.started_at = now
         worker.jobs[job.id] = job
-        self.functions[job.function].running += 1
+        fn.running += 1  # from the lane: looking the function up by name cost more than this
         timeout = lease_timeout or job.lease_timeout or worker.abilities.get(job.function)
         if timeout:
             self._set_lease(job, now + timeout)
