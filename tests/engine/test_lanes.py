@@ -97,6 +97,23 @@ def test_push_front_keeps_requeued_jobs_in_their_original_order() -> None:
     assert drain(target) == ["a", "b", "c", "d"]
 
 
+def test_requeued_jobs_line_up_by_seq_in_a_deep_level_without_moving_it() -> None:
+    # More requeues than the room a level makes at its front at a time (1,024), into a
+    # level where nothing was taken yet, and then into one where some were.
+    target = lane()
+    jobs = [make(f"j{number}") for number in range(6000)]
+    for job in jobs[3000:]:
+        target.push(job)
+    for job in reversed(jobs[:3000]):  # the youngest first: each goes to the very front
+        target.push(job, front=True)
+    assert target.count == entries(target) == 6000
+    taken = [target.pop() for _ in range(2000)]
+    for job in taken[1::2]:  # every other one back, the oldest first
+        target.push(job, front=True)
+    expected = [job.id for job in taken[1::2]] + [job.id for job in jobs[2000:]]
+    assert drain(target) == expected
+
+
 def test_cancelled_entries_are_skipped() -> None:
     target = lane()
     a, b, c = make("a"), make("b"), make("c")
@@ -166,7 +183,7 @@ def test_function_info_totals() -> None:
 
 def test_a_level_stays_fifo_as_it_is_cut_down_while_jobs_come_and_go() -> None:
     # A backlog, then one job in and one or two out per step: the level's list passes its
-    # 1,024 taken entries many times and is cut down each time, never running empty.
+    # 1,024 taken entries several times and is cut down each time, never running empty.
     target = lane()
     queued: collections.deque[str] = collections.deque()
 

@@ -37,9 +37,6 @@ class Level:
         self._entries: list[Job | None] = []
         self._first = 0  # the index of the oldest entry; those before it were taken
 
-    def __len__(self) -> int:
-        return len(self._entries) - self._first
-
     @property
     def jobs(self) -> list[Job]:
         """The queued entries, oldest first (a copy)."""
@@ -48,9 +45,32 @@ class Level:
     def append(self, job: Job) -> None:
         self._entries.append(job)
 
-    def insert(self, index: int, job: Job) -> None:
-        """Queue `job` with `index` entries ahead of it."""
-        self._entries.insert(self._first + index, job)
+    def put_back(self, job: Job) -> None:
+        """Queue a requeued job ahead of the entries queued after it (by `seq`).
+
+        Only other requeued jobs can be older, so its place is at or near the front: the
+        older entries move down one into the free slot before the oldest, as a deque's
+        insert near its head would, and no deeper entry moves. Without a free slot, room
+        for this and later requeues is made first, once per 1,024 of them.
+        """
+        entries = self._entries
+        first = self._first
+        if first == len(entries):  # empty: nothing to keep it behind or ahead of
+            entries.append(job)
+            return
+        if not first:
+            entries[:0] = [None] * _TRIM_AFTER
+            first = _TRIM_AFTER
+        index = first
+        end = len(entries)
+        while index < end:
+            queued = entries[index]
+            if queued is not None and queued.seq > job.seq:
+                break
+            index += 1
+        entries[first - 1 : index - 1] = entries[first:index]
+        entries[index - 1] = job
+        self._first = first - 1
 
     def replace(self, jobs: list[Job]) -> None:
         """Queue these jobs instead of the present entries."""
@@ -99,13 +119,7 @@ class Lane:
             self._compact()
         level = self._level(job.priority)
         if front:
-            # Only other requeued jobs can be older, so this scan stays near the head.
-            index = 0
-            for queued in level.jobs:
-                if queued.seq > job.seq:
-                    break
-                index += 1
-            level.insert(index, job)
+            level.put_back(job)
         else:
             level.append(job)
         self.count += 1
