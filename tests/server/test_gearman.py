@@ -332,3 +332,20 @@ def test_a_busy_polling_server_serves_and_then_stops_polling(server_with: Server
 @pytest.mark.server_args("--busy-poll", "0")
 def test_without_busy_polling_the_server_serves_the_same(server_with: ServerProcess) -> None:
     serial_round_trips(server_with, 20)
+
+
+@pytest.mark.parametrize("prefix", ["H:t", "H:" + "long-host-name." * 4])
+def test_job_created_names_every_job_by_its_number_across_blocks(prefix: str) -> None:
+    # Replies of numbers from 1000 on are built from a block's start (`created_reply`);
+    # with the long prefix the handles are over 63 bytes and take the general way.
+    server = start_jobwire(["--job-handle-prefix", prefix, "--store", "memory"])
+    try:
+        with GearmanSocket(server) as client:
+            count = 2100
+            client.sock.sendall(pack(Cmd.SUBMIT_JOB_BG, "f", "", "x") * count)
+            handles = [client.expect(Cmd.JOB_CREATED).args[0] for _ in range(count)]
+            assert handles == [f"{prefix}:{number}".encode() for number in range(1, count + 1)]
+            status = client.request(Cmd.GET_STATUS, handles[1500], reply=Cmd.STATUS_RES)
+            assert status.args[:2] == (handles[1500], b"1")  # known, by the handle it was given
+    finally:
+        assert server.stop() == 0, server.log()
