@@ -141,6 +141,14 @@ class GearmanOptions:
     verbose: str = "ERROR"
 
 
+def _closed() -> bool:
+    return True
+
+
+def _drop(data: bytes) -> None:
+    pass
+
+
 def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", "surrogateescape")
 
@@ -244,6 +252,10 @@ class GearmanConnection(asyncio.Protocol):
         self.engine = server.engine
         self.decoder = Decoder(max_packet=server.options.max_packet)
         self.transport: asyncio.Transport | None = None
+        # The transport's `write` and `is_closing`, bound once: compiled, calling a method
+        # by name looks it up in the transport's type on every call.
+        self._write: Callable[[bytes], None] = _drop
+        self._is_closing: Callable[[], bool] = _closed
         self.out: list[bytes] = []
         self.dirty = False
         # Output held until the store commits, so JOB_CREATED means durable. Positions count
@@ -276,6 +288,8 @@ class GearmanConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self.transport = cast(asyncio.Transport, transport)
+        self._write = self.transport.write
+        self._is_closing = self.transport.is_closing
         self.conn_id = self.server.connection_made(self)
         sock = transport.get_extra_info("socket")
         if sock is not None:
@@ -476,6 +490,8 @@ class GearmanConnection(asyncio.Protocol):
         self.waiting.clear()
         self.sent += len(self.out)
         self.out.clear()
+        # The bound methods hold the transport, which holds this protocol.
+        self._write, self._is_closing = _drop, _closed
 
     # ------------------------------------------------------------ output
 
@@ -500,7 +516,7 @@ class GearmanConnection(asyncio.Protocol):
             and not self.closing
             and not self.write_paused
         ):
-            transport.write(data)
+            self._write(data)
             self.sent += 1
         else:
             self.send(data)
@@ -514,13 +530,13 @@ class GearmanConnection(asyncio.Protocol):
         if count <= 0:
             return
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if transport is None or self._is_closing():
             transport = None  # gone: drop what was meant for it
             count = len(out)
         elif count == 1:
-            transport.write(out[0])
+            self._write(out[0])
         else:
-            transport.write(b"".join(out[:count]))
+            self._write(b"".join(out[:count]))
         if count == len(out):
             out.clear()
         else:
