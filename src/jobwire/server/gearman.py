@@ -256,6 +256,8 @@ class GearmanConnection(asyncio.Protocol):
         # by name looks it up in the transport's type on every call.
         self._write: Callable[[bytes], None] = _drop
         self._is_closing: Callable[[], bool] = _closed
+        #: `flush`, bound once, for the runtime to call at the end of a loop turn.
+        self.flush_later: Callable[[], None] = self.flush
         self.out: list[bytes] = []
         self.dirty = False
         # Output held until the store commits, so JOB_CREATED means durable. Positions count
@@ -337,7 +339,7 @@ class GearmanConnection(asyncio.Protocol):
                 # Written at the end of the loop turn, with whatever other reads of this turn
                 # add (a client's JOB_CREATED together with results of its jobs), and after
                 # the events this read made for other connections, which a job waits for.
-                runtime.mark_dirty(self)
+                runtime.mark_dirty(self.flush_later)
 
     def _hold_until_committed(self) -> None:
         """Acknowledge only what is durable: hold the output queued so far until commit."""
@@ -499,7 +501,7 @@ class GearmanConnection(asyncio.Protocol):
         self.out.append(data)
         if not self.dirty:
             self.dirty = True
-            self.server.runtime.mark_dirty(self)
+            self.server.runtime.mark_dirty(self.flush_later)
 
     def send_now(self, data: bytes) -> None:
         """Write at once, ahead of this turn's batch: for NOOP and NO_JOB.
@@ -559,7 +561,7 @@ class GearmanConnection(asyncio.Protocol):
             self.transport.pause_reading()
         if not self.dirty:
             self.dirty = True
-            self.server.runtime.mark_dirty(self)
+            self.server.runtime.mark_dirty(self.flush_later)
 
     # ------------------------------------------------------------ engine callbacks
 
@@ -590,7 +592,7 @@ class GearmanConnection(asyncio.Protocol):
         self.push_due = True
         if not self.dirty:
             self.dirty = True
-            self.server.runtime.mark_dirty(self)
+            self.server.runtime.mark_dirty(self.flush_later)
 
     def _answer_held_grabs(self) -> None:
         self.push_due = False

@@ -20,15 +20,10 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from jobwire.engine import Engine
 
 log = logging.getLogger("jobwire")
-
-
-class Flushable(Protocol):
-    def flush(self) -> None: ...
 
 
 #: Seconds the loop keeps polling after a read, by default: longer than a peer on this
@@ -50,7 +45,9 @@ class Runtime:
         self.monotonic: Callable[[], float] = time.monotonic
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
-        self._dirty: list[Flushable] = []
+        # The `flush` of each connection touched this turn, bound by the connection once:
+        # compiled, calling `conn.flush()` on a protocol type looked the method up by name.
+        self._dirty: list[Callable[[], None]] = []
         self._flush_scheduled = False
         # Bound once: `self.flush_all` would make a new method object every loop turn.
         self._flush_all: Callable[[], None] = self.flush_all
@@ -59,9 +56,10 @@ class Runtime:
 
     # ---------------------------------------------------------------- batched writes
 
-    def mark_dirty(self, conn: Flushable) -> None:
-        """Flush `conn` at the end of this loop turn (callers track their own dirty flag)."""
-        self._dirty.append(conn)
+    def mark_dirty(self, flush: Callable[[], None]) -> None:
+        """Call a connection's `flush` at the end of this loop turn (callers track their own
+        dirty flag)."""
+        self._dirty.append(flush)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush_all)
@@ -75,8 +73,8 @@ class Runtime:
         """Write the output of every connection touched in this turn."""
         self._flush_scheduled = False
         dirty, self._dirty = self._dirty, []
-        for conn in dirty:
-            conn.flush()
+        for flush in dirty:
+            flush()
 
     # ---------------------------------------------------------------- busy polling
 
