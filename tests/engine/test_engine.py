@@ -404,6 +404,25 @@ def test_subscriber_that_leaves_stops_getting_events(h: Harness) -> None:
     assert c2.events == [(job.id, JobEvent.COMPLETE, b"r")]
 
 
+def test_every_subscriber_hears_of_an_event_even_if_one_leaves_while_told(h: Harness) -> None:
+    class Leaving(RecordingSubscriber):
+        def job_event(self, job: Job, event: JobEvent, data: bytes) -> None:
+            super().job_event(job, event, data)
+            h.engine.unsubscribe(job, self)  # as a client that disconnects meanwhile
+
+    first, second = Leaving("first"), RecordingSubscriber("second")
+    job, _ = active_job(h, first)
+    h.engine.subscribe(job, second)
+    h.engine.forward(job, JobEvent.DATA, b"d")
+    assert first.events == second.events == [(job.id, JobEvent.DATA, b"d")]
+    assert job.subscribers == [second]
+    # A lone subscriber that leaves while it is told hears of it once too.
+    lone = Leaving("lone")
+    other, _ = active_job(h, lone)
+    h.engine.forward(other, JobEvent.DATA, b"e")
+    assert lone.events == [(other.id, JobEvent.DATA, b"e")]
+
+
 def test_unsubscribe_of_a_stranger_is_ignored(h: Harness) -> None:
     client = RecordingSubscriber()
     job, _ = h.engine.submit("f", b"", background=False, subscriber=client)

@@ -904,8 +904,13 @@ class Engine:
 
     @staticmethod
     def _tell(job: Job, event: JobEvent, data: bytes) -> None:
-        assert job.subscribers is not None
-        for subscriber in tuple(job.subscribers):
+        subscribers = job.subscribers
+        assert subscribers is not None
+        if len(subscribers) == 1:  # the common case, without copying the list
+            subscribers[0].job_event(job, event, data)
+            return
+        # A copy: a subscriber may unsubscribe itself or another while it is told.
+        for subscriber in tuple(subscribers):
             subscriber.job_event(job, event, data)
 
     # ------------------------------------------------------------------ admin
