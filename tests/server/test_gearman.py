@@ -349,3 +349,20 @@ def test_job_created_names_every_job_by_its_number_across_blocks(prefix: str) ->
             assert status.args[:2] == (handles[1500], b"1")  # known, by the handle it was given
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_a_result_under_a_handle_that_only_ends_with_the_jobs_number_is_refused(
+    server_with: ServerProcess,
+) -> None:
+    # Workers' handles are matched by number first (`GearmanServer.handle_number`): the
+    # rest of the handle must still be the job's id, byte for byte.
+    with GearmanSocket(server_with) as client, GearmanSocket(server_with) as worker:
+        worker.send(Cmd.CAN_DO, "f")
+        handle = client.submit_fg("f", "x")
+        assert worker.grab().args[0].decode() == handle
+        number = handle.rsplit(":", 1)[1]
+        for other in (f"H:u:{number}", f"X:t:{number}", f"H:t:0{number}", f"H:t{number}"):
+            worker.send(Cmd.WORK_COMPLETE, other, "wrong")
+            assert worker.expect(Cmd.ERROR).args[0] == b"JOB_NOT_FOUND", other
+        worker.send(Cmd.WORK_COMPLETE, handle, "right")
+        assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"right")

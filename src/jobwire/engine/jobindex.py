@@ -131,17 +131,20 @@ class JobIndex:
     def get(self, job_id: str) -> Job | None:
         number = self.number(job_id)
         if number:
-            i = number - self._base
-            if 0 <= i < len(self._window):
-                job = self._window[i]
-                if job is not None:
-                    return job
-            if self._old:
-                job = self._old.get(number)
-                if job is not None:
-                    return job
+            job = self.numbered(number)
+            if job is not None:
+                return job
         # A client may have chosen an id in the engine's own format: it is kept by string.
         return self._named.get(job_id) if self._named else None
+
+    def numbered(self, number: int) -> Job | None:
+        """The job the engine numbered `number` (its id is `PREFIX:number`), or None."""
+        i = number - self._base
+        if 0 <= i < len(self._window):
+            job = self._window[i]
+            if job is not None:
+                return job
+        return self._old.get(number) if self._old else None
 
     def __getitem__(self, job_id: str) -> Job:
         job = self.get(job_id)

@@ -169,6 +169,7 @@ class GearmanServer:
         self._names: dict[bytes, str] = {}
         self._last_raw = b""  # the last name decoded, and what it decoded to
         self._last_name = ""
+        self._id_prefix = _encode(self.engine.jobs.prefix)  # of the ids the engine numbers
         # JOB_CREATED of the jobs of one block of a thousand numbers (`created_reply`): the
         # block, and their replies' common start.
         self._created_block = 0
@@ -210,6 +211,28 @@ class GearmanServer:
         if size < len(_JOB_CREATED_HEADS):
             return _JOB_CREATED_HEADS[size] + handle
         return encode(_JOB_CREATED, handle)
+
+    def handle_number(self, raw: bytes) -> int:
+        """N if `raw` is `PREFIX:N` as the engine writes its ids, else 0."""
+        prefix = self._id_prefix
+        start: i64 = len(prefix)
+        end: i64 = len(raw)
+        if end <= start or end - start > 18 or raw[start] == 48:  # no digits, too many, "0…"
+            return 0
+        number: i64 = 0
+        at = start
+        while at < end:
+            digit: i64 = raw[at] - 48
+            if digit < 0 or digit > 9:
+                return 0
+            number = number * 10 + digit
+            at += 1
+        at = 0
+        while at < start:
+            if raw[at] != prefix[at]:
+                return 0
+            at += 1
+        return number
 
     def connection_made(self, conn: GearmanConnection) -> int:
         self._next_conn_id += 1
@@ -644,7 +667,17 @@ class GearmanConnection(asyncio.Protocol):
     def held(self, raw_handle: bytes, not_found: str = NOT_HELD) -> Job | None:
         """The job this connection holds under the handle, or None after an ERROR."""
         worker = self.worker
-        job = worker.jobs.get(_decode(raw_handle)) if worker is not None else None
+        if worker is None:
+            self.error("JOB_NOT_FOUND", not_found)
+            return None
+        # A handle the engine numbered is found by its number, and then by the job's id,
+        # whose hash the id keeps: decoding the handle made a string to hash every time.
+        number = self.server.handle_number(raw_handle)
+        if number:
+            job = self.engine.jobs.numbered(number)
+            if job is not None and worker.jobs.get(job.id) is job:
+                return job
+        job = worker.jobs.get(_decode(raw_handle))  # a client chose the id, or none held
         if job is None:
             self.error("JOB_NOT_FOUND", not_found)
         return job
