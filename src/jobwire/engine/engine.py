@@ -694,8 +694,12 @@ class Engine:
         worker = job.worker
         if worker is not None:
             held = worker.jobs
-            if job.id in held:  # compiled, `in` and `del` are native; `pop` is a method call
+            # Not `pop` (a method call once compiled), `in` and `del` (two look-ups) or
+            # contextlib.suppress (a context manager): the job is almost always there.
+            try:  # noqa: SIM105
                 del held[job.id]
+            except KeyError:
+                pass
             job.worker = None
         job.lease_deadline = None
         self.functions[job.function].running -= 1

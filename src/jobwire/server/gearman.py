@@ -603,8 +603,13 @@ class GearmanConnection(asyncio.Protocol):
             self.send(encode(_WORK_EXCEPTION, handle, data))
         else:  # FAIL, or an exception this client did not ask to see
             self.send(encode(_WORK_FAIL, handle))
-        if event in _FINAL_EVENTS and job in self.waiting:
-            del self.waiting[job]  # not `pop`: compiled, a method call costs more than both
+        if event in _FINAL_EVENTS:
+            # Not `pop` (a method call once compiled), `in` and `del` (two look-ups) or
+            # contextlib.suppress (a context manager).
+            try:  # noqa: SIM105
+                del self.waiting[job]
+            except KeyError:
+                pass
 
     def wake(self) -> None:
         """WorkerHandler: work is waiting."""
