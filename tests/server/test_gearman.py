@@ -366,3 +366,21 @@ def test_a_result_under_a_handle_that_only_ends_with_the_jobs_number_is_refused(
             assert worker.expect(Cmd.ERROR).args[0] == b"JOB_NOT_FOUND", other
         worker.send(Cmd.WORK_COMPLETE, handle, "right")
         assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"right")
+
+
+def test_job_assign_names_each_function_by_the_bytes_it_was_submitted_under(
+    server_with: ServerProcess,
+) -> None:
+    # Names are decoded once and encoded back once (`GearmanServer.raw_name`), bytes that
+    # are not UTF-8 included; alternating names take the cache's every way.
+    names = [b"f\xff\xfe", b"plain", "ünï".encode(), b"f\xff\xfe", b"plain"]
+    with GearmanSocket(server_with) as client, GearmanSocket(server_with) as worker:
+        for name in dict.fromkeys(names):
+            worker.send(Cmd.CAN_DO, name)
+        for number, name in enumerate(names):
+            client.request(Cmd.SUBMIT_JOB_BG, name, b"", str(number), reply=Cmd.JOB_CREATED)
+        sync(worker)
+        for number, name in enumerate(names):
+            worker.send(Cmd.GRAB_JOB)
+            assigned = worker.expect(Cmd.JOB_ASSIGN)
+            assert assigned.args[1:] == (name, str(number).encode())

@@ -152,7 +152,8 @@ _HEAD_SIZES: Final = 1024
 _heads: Final[list[list[bytes]]] = [[] for _ in range(max(PacketType) + 1)]
 
 
-def _head(ptype: int, size: int) -> bytes:
+def header(ptype: int, size: int) -> bytes:
+    """The 12-byte header of a server packet of `ptype` with a body of `size` bytes."""
     if size >= _HEAD_SIZES or not 0 <= ptype < len(_heads):
         return _pack(RES_MAGIC, ptype, size)
     heads = _heads[ptype]
@@ -168,7 +169,7 @@ def encode(ptype: int, *args: bytes) -> bytes:
     """A server packet (\\0RES) with NUL-separated fields."""
     # Most replies are a handle and data: compiled, two concatenations cost less than a join.
     body = args[0] + b"\0" + args[1] if len(args) == 2 else b"\0".join(args)
-    return _head(ptype, len(body)) + body
+    return header(ptype, len(body)) + body
 
 
 def encode_request(ptype: int, *args: bytes) -> bytes:
