@@ -125,6 +125,9 @@ def _better(job: Job, best: Job | None) -> bool:
 
 def _best_of(lanes: list[Lane]) -> Lane | None:
     """The lane whose head job goes first (see `_better`), or None if all are empty."""
+    if len(lanes) == 1:  # most workers: nothing to compare (a lane's count is of live jobs)
+        lane = lanes[0]
+        return lane if lane.count else None
     best_lane: Lane | None = None
     best: Job | None = None
     for lane in lanes:
