@@ -12,7 +12,6 @@ import asyncio
 import logging
 import os
 import socket
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -312,7 +311,9 @@ class GearmanConnection(asyncio.Protocol):
         # Output held until the store commits, so JOB_CREATED means durable. Positions count
         # every entry ever queued on `out`; `sent` is the position of out[0].
         self.sent = 0
-        self.holds: deque[_Hold] = deque()  # each batch awaiting its commit
+        # Each batch awaiting its commit. Lists, here and for held_grabs, not deques: they
+        # hold a few entries, and compiled, a list's truth is native, a deque's a call.
+        self.holds: list[_Hold] = []
         self.released = 0  # while holding, output before this position may go out
         # JOB_CREATED replies of the current read, which its hold takes over (see `_Hold`)
         self.created_acks: list[bytes] = []
@@ -331,7 +332,7 @@ class GearmanConnection(asyncio.Protocol):
         self.waiting: dict[Job, None] = {}  # foreground jobs this client waits on
         # OPTION_REQ grab-waits: a GRAB that finds no job waits for one instead of NO_JOB.
         self.grab_waits = False
-        self.held_grabs: deque[int] = deque()  # the packet types of the GRABs waiting
+        self.held_grabs: list[int] = []  # the packet types of the GRABs waiting
         self.push_due = False  # a held GRAB may be answered: do it before the next flush
 
     # ------------------------------------------------------------ transport events
@@ -374,7 +375,7 @@ class GearmanConnection(asyncio.Protocol):
             done = self._run_hot(data)
             if done:
                 data = data[done:]
-        if data:
+        if len(data):  # compiled, len() is native where the truth of bytes is a call
             self._run_messages(data)
         if self.durable_replies != durable_before:
             self._hold_until_committed()
@@ -498,7 +499,7 @@ class GearmanConnection(asyncio.Protocol):
 
     def _release(self, hold: _Hold, ok: bool) -> None:
         """The batch `hold` holds is durable, or (not ok) its commit failed."""
-        self.holds.popleft()  # commits finish in order
+        del self.holds[0]  # commits finish in order
         self.released = hold.end
         if not ok:
             self._retract(hold)
@@ -659,7 +660,7 @@ class GearmanConnection(asyncio.Protocol):
             job = self.engine.grab(worker)
             if job is None:
                 break
-            self._assign(job, held.popleft())
+            self._assign(job, held.pop(0))
         if held:
             self._wait_for_work(worker)
         if self.durable_replies != durable_before:
@@ -673,7 +674,7 @@ class GearmanConnection(asyncio.Protocol):
     def _release_held_grabs(self) -> None:
         """The worker can take no job any more (no abilities left): answer its GRABs."""
         while self.held_grabs:
-            self.held_grabs.popleft()
+            self.held_grabs.pop(0)
             self.send(NO_JOB)
 
     def assign(self, job: Job) -> None:  # pragma: no cover - Gearman workers pull
@@ -761,7 +762,7 @@ class GearmanConnection(asyncio.Protocol):
                 priority,
                 background,
                 None if background else self,
-                _decode(raw_unique) if raw_unique else None,
+                _decode(raw_unique) if len(raw_unique) else None,
                 now,
             )
         except QueueFull as exc:

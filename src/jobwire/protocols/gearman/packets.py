@@ -160,7 +160,7 @@ def header(ptype: int, size: int) -> bytes:
     if not heads:
         heads.extend([b""] * _HEAD_SIZES)
     head = heads[size]
-    if not head:
+    if not len(head):  # compiled, len() is native where the truth of bytes is a call
         head = heads[size] = _pack(RES_MAGIC, ptype, size)
     return head
 
