@@ -237,24 +237,26 @@ class GearmanServer:
             return _JOB_CREATED_HEADS[size] + handle
         return encode(_JOB_CREATED, handle)
 
-    def handle_number(self, raw: bytes) -> int:
-        """N if `raw` is `PREFIX:N` as the engine writes its ids, else 0."""
+    def handle_number(self, data: bytes, begin: int, stop: int) -> int:
+        """N if data[begin:stop] is `PREFIX:N` as the engine writes its ids, else 0 (read in
+        place: the hot path finds a result's handle without slicing it out)."""
         prefix = self._id_prefix
-        start: i64 = len(prefix)
-        end: i64 = len(raw)
-        if end <= start or end - start > 18 or raw[start] == 48:  # no digits, too many, "0…"
+        first: i64 = begin
+        start: i64 = first + len(prefix)  # where the digits begin
+        end: i64 = stop
+        if end <= start or end - start > 18 or data[start] == 48:  # no digits, too many, "0…"
             return 0
         number: i64 = 0
         at = start
         while at < end:
-            digit: i64 = raw[at] - 48
+            digit: i64 = data[at] - 48
             if digit < 0 or digit > 9:
                 return 0
             number = number * 10 + digit
             at += 1
-        at = 0
+        at = first
         while at < start:
-            if raw[at] != prefix[at]:
+            if data[at] != prefix[at - first]:
                 return 0
             at += 1
         return number
@@ -427,7 +429,7 @@ class GearmanConnection(asyncio.Protocol):
                 if ptype == _WORK_COMPLETE:
                     nul = _find_nul(data, start, stop)
                     if nul >= 0:
-                        job = self.held(data[start:nul])
+                        job = self.held_in(data, start, nul)
                         if job is not None:
                             self.engine.complete(job, data[nul + 1 : stop])
                         pos = stop
@@ -698,18 +700,23 @@ class GearmanConnection(asyncio.Protocol):
 
     def held(self, raw_handle: bytes, not_found: str = NOT_HELD) -> Job | None:
         """The job this connection holds under the handle, or None after an ERROR."""
+        return self.held_in(raw_handle, 0, len(raw_handle), not_found)
+
+    def held_in(self, data: bytes, begin: int, stop: int, not_found: str = NOT_HELD) -> Job | None:
+        """`held` for the handle data[begin:stop]."""
         worker = self.worker
         if worker is None:
             self.error("JOB_NOT_FOUND", not_found)
             return None
         # A handle the engine numbered is found by its number, and then by the job's id,
         # whose hash the id keeps: decoding the handle made a string to hash every time.
-        number = self.server.handle_number(raw_handle)
+        number = self.server.handle_number(data, begin, stop)
         if number:
             job = self.engine.jobs.numbered(number)
             if job is not None and worker.jobs.get(job.id) is job:
                 return job
-        job = worker.jobs.get(_decode(raw_handle))  # a client chose the id, or none held
+        # A client chose the id, or this worker holds no such job.
+        job = worker.jobs.get(_decode(data[begin:stop]))
         if job is None:
             self.error("JOB_NOT_FOUND", not_found)
         return job
