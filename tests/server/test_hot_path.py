@@ -99,6 +99,9 @@ fatal = st.sampled_from(
         HEADER.pack(b"\0REQ", T.SUBMIT_JOB_BG, MAX_PACKET + 1),
         b"\0XYZ" + bytes(8),
         HEADER.pack(b"\0REQ", 99, 0),
+        # Types whose low bits are a submit's: the hot path must not take them for one.
+        HEADER.pack(b"\0REQ", 0x10000 + T.SUBMIT_JOB_BG, 7) + b"f\0\0pay",
+        HEADER.pack(b"\0REQ", 0x1000000 + T.GRAB_JOB, 0),
     ]
 )
 

@@ -82,7 +82,6 @@ _FINAL_EVENTS: Final = (_EV_COMPLETE, _EV_FAIL, _EV_EXCEPTION)
 
 NOT_STORED: Final = encode(_ERROR, b"QUEUE_ERROR", b"Job could not be stored")
 
-_REQ: Final = int.from_bytes(b"\0REQ", "big")
 _PRE_SLEEP: Final = int(T.PRE_SLEEP)
 _PLAIN_SUBMITS: Final[dict[int, tuple[int, bool]]] = {
     T.SUBMIT_JOB: (PRIORITY_NORMAL, False),
@@ -108,14 +107,20 @@ _LAST_DIGITS: Final = [b"%03d" % low for low in range(1000)]
 # compiled, indexing bytes is a native operation, and no intermediate objects are made.
 # Their `i64` locals are machine integers (no overflow checks, no boxing); they take and
 # return `int`, as slicing with an `i64` index would take mypyc's generic path.
-def _u32(data: bytes, pos: int) -> int:
-    """The big-endian 32-bit integer at data[pos:pos + 4]."""
+def _request_head(data: bytes, pos: int) -> int:
+    """The header at data[pos:pos + 12] as `type << 32 | size`, or -1 if it is not a
+    request's or its type is out of range (the decoder then reports it)."""
     at: i64 = pos
-    b0: i64 = data[at]
-    b1: i64 = data[at + 1]
-    b2: i64 = data[at + 2]
-    b3: i64 = data[at + 3]
-    return (b0 << 24) | (b1 << 16) | (b2 << 8) | b3
+    if data[at] != 0 or data[at + 1] != 82 or data[at + 2] != 69 or data[at + 3] != 81:
+        return -1  # not b"\0REQ"
+    if data[at + 4] or data[at + 5]:
+        return -1  # a type over 65535: none exists
+    ptype: i64 = (data[at + 6] << 8) | data[at + 7]
+    b0: i64 = data[at + 8]
+    b1: i64 = data[at + 9]
+    b2: i64 = data[at + 10]
+    b3: i64 = data[at + 11]
+    return (ptype << 32) | (b0 << 24) | (b1 << 16) | (b2 << 8) | b3
 
 
 def _find_nul(data: bytes, pos: int, stop: int) -> int:
@@ -419,12 +424,15 @@ class GearmanConnection(asyncio.Protocol):
         max_packet = self.decoder.max_packet
         now = 0.0  # the time of this read's submits: read once, at the first
         while end - pos >= 12:
-            start = pos + 12
-            size = _u32(data, pos + 8)
-            stop = start + size
-            if _u32(data, pos) != _REQ or stop > end or size > max_packet:
+            head = _request_head(data, pos)
+            if head < 0:
                 break
-            ptype = _u32(data, pos + 4)
+            size = head & 0xFFFFFFFF
+            start = pos + 12
+            stop = start + size
+            if stop > end or size > max_packet:
+                break
+            ptype = head >> 32
             try:
                 if ptype == _WORK_COMPLETE:
                     nul = _find_nul(data, start, stop)
