@@ -227,20 +227,16 @@ class GearmanServer:
         joining it to its header cost twice as many instructions.
         """
         number = job.number
-        if number >= 1000:
-            block = number // 1000
-            if block == self._created_block:
-                return self._created_start + _LAST_DIGITS[number % 1000]
-            handle = job.id.encode()
-            if len(handle) < len(_JOB_CREATED_HEADS):
-                self._created_block = block
-                self._created_start = _JOB_CREATED_HEADS[len(handle)] + handle[:-3]
-                return self._created_start + _LAST_DIGITS[number % 1000]
+        if number >= 1000 and number // 1000 == self._created_block:
+            return self._created_start + _LAST_DIGITS[number % 1000]
         handle = job.id.encode()
         size = len(handle)
-        if size < len(_JOB_CREATED_HEADS):
-            return _JOB_CREATED_HEADS[size] + handle
-        return encode(_JOB_CREATED, handle)
+        if size >= len(_JOB_CREATED_HEADS):
+            return encode(_JOB_CREATED, handle)
+        if number >= 1000:  # the first of its block: keep the start for the others
+            self._created_block = number // 1000
+            self._created_start = _JOB_CREATED_HEADS[size] + handle[:-3]
+        return _JOB_CREATED_HEADS[size] + handle
 
     def handle_number(self, data: bytes, begin: int, stop: int) -> int:
         """N if data[begin:stop] is `PREFIX:N` as the engine writes its ids, else 0 (read in
