@@ -34,6 +34,7 @@ MODULES = (
     "jobwire.server.runtime",
     "jobwire.store.frames",
     "jobwire.store.journal",
+    "jobwire.store.redolog",
     "jobwire.store.sqlite",
 )
 GROUP = "jobwire.hot"

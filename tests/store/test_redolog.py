@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -87,27 +89,6 @@ def test_a_spare_left_by_a_crash_is_filled_again(tmp_path: Path) -> None:
     assert list(read_frames(redo.path(1))) == [b"new"]
 
 
-def test_the_next_sync_is_asked_before_the_last_one_is_reported(tmp_path: Path) -> None:
-    """Reporting a sync sends its acknowledgements; the syncer must not idle meanwhile."""
-    redo = RedoLog(tmp_path / "jobs.db")
-    asked: list[int] = []
-    seen: list[tuple[int, list[int]]] = []  # each report, with the syncs asked by then
-    redo._send = lambda number, generation: asked.append(number)  # type: ignore[method-assign]
-
-    async def main() -> None:
-        redo.start(1, lambda number, error: seen.append((number, list(asked))))
-        redo.append(1, b"one")  # asked at once
-        redo.append(2, b"two")  # waits for the sync of 1 to end
-        redo.append(3, b"three")
-        assert asked == [1]
-        redo.synced(1, None)
-        redo.synced(3, None)
-
-    asyncio.run(main())
-    redo.stop()
-    assert seen == [(1, [1, 3]), (3, [1, 3])]
-
-
 class FakeSyncer:
     """Records what the log asks and publishes."""
 
@@ -128,8 +109,30 @@ class FakeSyncer:
 def with_fake_syncer(tmp_path: Path) -> tuple[RedoLog, FakeSyncer, list[int]]:
     redo = RedoLog(tmp_path / "jobs.db")
     syncer = FakeSyncer()
-    redo._syncer = syncer  # type: ignore[assignment]
+    redo._syncer = syncer
     return redo, syncer, []
+
+
+def test_the_next_sync_is_asked_before_the_last_one_is_reported(tmp_path: Path) -> None:
+    """Reporting a sync sends its acknowledgements; the syncer must not idle meanwhile."""
+    redo, syncer, _ = with_fake_syncer(tmp_path)
+    seen: list[tuple[int, list[int]]] = []  # each report, with the syncs asked by then
+
+    def asked() -> list[int]:
+        return [number for number, _ in syncer.asked]
+
+    async def main() -> None:
+        redo.start(1, lambda number, error: seen.append((number, asked())))
+        redo.append(1, b"one")  # asked at once
+        redo.append(2, b"two")  # waits for the sync of 1 to end
+        redo.append(3, b"three")
+        assert asked() == [1]
+        redo.synced(1, None)
+        redo.synced(3, None)
+
+    asyncio.run(main())
+    redo.stop()
+    assert seen == [(1, [1, 3]), (3, [1, 3])]
 
 
 def test_batches_written_during_a_sync_are_published_not_asked(tmp_path: Path) -> None:
@@ -167,16 +170,21 @@ def test_a_new_file_is_asked_for_not_published(tmp_path: Path) -> None:
     assert (syncer.asked, syncer.published, reports) == ([(1, 1), (2, 2)], [], [1])
 
 
-def test_after_a_failed_write_nothing_more_is_published(tmp_path: Path) -> None:
+def test_after_a_failed_write_nothing_more_is_published(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     redo, syncer, reports = with_fake_syncer(tmp_path)
-    write = redo._write
+    pwrite = os.pwrite
+
+    def disk_full(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     async def main() -> None:
         redo.start(1, lambda number, error: reports.append(number))
         redo.append(1, b"one")
-        redo._write = lambda data: "OSError: disk full"  # type: ignore[method-assign]
+        monkeypatch.setattr(redolog.os, "pwrite", disk_full)
         redo.append(2, b"two")
-        redo._write = write  # type: ignore[method-assign]
+        monkeypatch.setattr(redolog.os, "pwrite", pwrite)
         redo.append(3, b"three")  # covered by no sync of 1's: asked once 2 is reported
         redo.synced(1, None)
         await asyncio.sleep(0)
@@ -190,7 +198,8 @@ def test_after_a_failed_write_nothing_more_is_published(tmp_path: Path) -> None:
 
 def test_a_syncer_lost_while_following_is_asked_again_for_what_it_left(tmp_path: Path) -> None:
     redo, syncer, reports = with_fake_syncer(tmp_path)
-    sent: list[tuple[int, int]] = []
+    replacement = FakeSyncer()
+    redo.start_syncer = lambda owner, loop: replacement
 
     async def main() -> None:
         redo.start(1, lambda number, error: reports.append(number))
@@ -198,12 +207,11 @@ def test_a_syncer_lost_while_following_is_asked_again_for_what_it_left(tmp_path:
         redo.append(2, b"two")
         redo.append(3, b"three")
         redo.synced(2, None, more=True)
-        redo._send = lambda number, generation: sent.append((number, generation))  # type: ignore[method-assign]
         redo.lost_syncer(answered=True)  # died in the sync of 3
 
     asyncio.run(main())
     redo.stop()
-    assert (syncer.published, reports, sent) == ([2, 3], [2], [(3, 1)])
+    assert (syncer.published, reports, replacement.asked) == ([2, 3], [2], [(3, 1)])
 
 
 def test_ready_ahead_the_file_is_open_and_its_syncer_syncs_the_first_batch(
@@ -269,18 +277,21 @@ def ready_without_a_syncer_then_one_batch(
 
 
 def test_a_syncer_that_cannot_start_ahead_is_started_at_the_first_sync(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    real = redolog._Syncer
+    refusing = True
 
-    def refused(owner: RedoLog, loop: asyncio.AbstractEventLoop) -> redolog._Syncer:
-        raise OSError("no more processes")
+    def start(owner: RedoLog, loop: asyncio.AbstractEventLoop) -> redolog.SyncerLink:
+        if refusing:
+            raise OSError("no more processes")
+        return redolog._Syncer(owner, loop)
 
-    monkeypatch.setattr(redolog, "_Syncer", refused)
+    def allow() -> None:
+        nonlocal refusing
+        refusing = False
+
     report = ready_without_a_syncer_then_one_batch(
-        RedoLog(tmp_path / "jobs.db"),
-        caplog,
-        lambda: monkeypatch.setattr(redolog, "_Syncer", real),
+        RedoLog(tmp_path / "jobs.db", start_syncer=start), caplog, allow
     )
     assert "cannot start the redo log syncer: no more processes" in caplog.text
     assert report == (1, None)

@@ -46,7 +46,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from jobwire.store import syncproc
 
@@ -57,6 +57,22 @@ _REQUEST, _ANSWER = syncproc.REQUEST, syncproc.ANSWER
 
 #: `on_written(number, error)`: batches up to `number` are durable (error None) or failed.
 Written = Callable[[int, "str | None"], None]
+
+
+class SyncerLink(Protocol):
+    """The log's end of a syncer: `_Syncer`, or a test's stand-in."""
+
+    def ask(self, number: int, generation: int) -> None:
+        """Sync the file of `generation` up to batch `number`; an answer follows."""
+
+    def publish(self, number: int) -> None:
+        """Batch `number` is written to the file being synced."""
+
+    def stop(self) -> None: ...
+
+
+#: Starts a syncer for a log on its loop; OSError if it cannot.
+StartSyncer = Callable[["RedoLog", asyncio.AbstractEventLoop], SyncerLink]
 
 
 def frame(body: bytes) -> bytes:
@@ -106,7 +122,9 @@ class RedoLog:
         merge: bool = True,
         preallocate: int = 0,
         busy_poll: float = 0.0,
+        start_syncer: StartSyncer | None = None,
     ) -> None:
+        """`start_syncer`: how a syncer is started (default: a `_Syncer` process)."""
         self.directory = database.parent
         self.prefix = f"{database.name}-redo-"
         self.sync = sync  # fsync the log (fsync policy `off`: written, not synced)
@@ -132,7 +150,10 @@ class RedoLog:
         # it works on a sync of that file that covers every batch before them; -1: none.
         self._following = -1
         self._delivery_due = False
-        self._syncer: _Syncer | None = None
+        self._syncer: SyncerLink | None = None
+        # Compiled, the log's methods cannot be replaced on an instance: tests stand in
+        # for the syncer here instead.
+        self.start_syncer: StartSyncer = start_syncer or _Syncer
 
     # ------------------------------------------------------------------ files
 
@@ -299,11 +320,11 @@ class RedoLog:
         else:
             syncer.ask(number, generation)
 
-    def _start_syncer(self) -> _Syncer | str:
+    def _start_syncer(self) -> SyncerLink | str:
         """A new syncer process, or why it could not be started (logged)."""
         assert self._loop is not None
         try:
-            self._syncer = _Syncer(self, self._loop)
+            self._syncer = self.start_syncer(self, self._loop)
         except OSError as exc:
             log.error("cannot start the redo log syncer: %s", exc)
             return f"redo log syncer: {exc}"
