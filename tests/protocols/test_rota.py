@@ -125,6 +125,10 @@ def test_status_and_results() -> None:
         (b"{not json", ErrorCode.MALFORMED_JSON),
         (b"\xff\xfe", ErrorCode.MALFORMED_JSON),
         (b"[1, 2]", ErrorCode.INVALID_MESSAGE),
+        (
+            b'{"v": 1, "type": "heartbeat", "x": ' + b"[" * 200 + b"]" * 200 + b"}",
+            ErrorCode.INVALID_MESSAGE,
+        ),
         (b'{"type": "heartbeat"}', ErrorCode.UNSUPPORTED_VERSION),
         (b'{"v": 2, "type": "heartbeat"}', ErrorCode.UNSUPPORTED_VERSION),
         (b'{"v": true, "type": "heartbeat"}', ErrorCode.UNSUPPORTED_VERSION),

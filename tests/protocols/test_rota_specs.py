@@ -44,6 +44,7 @@ def test_key_order_and_formatting_do_not_change_the_checksum() -> None:
         b'{"name": "a", "big": 9007199254740992}',
         b"{nope",
         orjson.dumps({"name": "a", "pad": "x" * 70_000}),
+        b'{"name": "a", "deep": ' + b"[" * 300 + b"]" * 300 + b"}",
     ],
 )
 def test_invalid_specs_are_refused(document: bytes) -> None:

@@ -32,6 +32,12 @@ async def _healthy_neighbour_still_works(rota: Rota, neighbour: RawWorker) -> No
         ('{"type": "heartbeat"}', "unsupported_version", 1002),
         ('{"v": 1, "type": "heartbeat", "wants": -1}', "invalid_message", 1002),
         ("[]", "invalid_message", 1002),
+        # Deeper than any reply could carry back (protocols/json_depth).
+        (
+            '{"v": 1, "type": "heartbeat", "x": ' + "[" * 200 + "]" * 200 + "}",
+            "invalid_message",
+            1002,
+        ),
     ],
 )
 def test_untrustworthy_input_closes_the_socket_and_requeues(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import marshal
 import os
 import sqlite3
 from collections.abc import Awaitable, Callable
@@ -371,6 +372,49 @@ def test_failed_write_reports_not_ok_and_the_store_recovers(
     # As if killed: the next open reads the log, which holds no trace of the failed write.
     crash(store)
     assert [row.id for row in loaded(path)] == ["H:test:1", "H:test:10"]
+
+
+def test_a_batch_that_cannot_be_encoded_fails_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its waiters hear of the failure; the next batch's sync does not answer for it."""
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    dumps = marshal.dumps
+
+    def refuse(value: object, version: int) -> bytes:
+        raise ValueError("unmarshallable object")
+
+    async def main() -> None:
+        store.job_saved(make_job(1))
+        assert await committed(store)
+        monkeypatch.setattr(marshal, "dumps", refuse)
+        store.job_saved(make_job(2))
+        assert not await committed(store)
+        assert store.last_error is not None and "cannot encode" in store.last_error
+        monkeypatch.setattr(marshal, "dumps", dumps)
+        store.job_saved(make_job(3))
+        assert await committed(store)
+
+    run(main)
+    crash(store)
+    assert [row.id for row in loaded(path)] == ["H:test:1", "H:test:3"]
+
+
+def test_attributes_nested_too_deep_for_json_do_not_lose_the_job(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path)
+    nested: list[object] = []
+    for _ in range(5000):
+        nested = [nested]
+
+    async def main() -> None:
+        store.job_saved(make_job(1, ext={"deep": nested}))
+        assert await committed(store)
+
+    run(main)
+    store.close()
+    assert [(row.id, row.ext) for row in loaded(path)] == [("H:test:1", None)]
 
 
 def test_fsync_policy_sets_synchronous(tmp_path: Path) -> None:

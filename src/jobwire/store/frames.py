@@ -93,7 +93,7 @@ def _ext(job: Job) -> bytes | None:
     # Encoding runs in a loop callback: raising there would lose the whole batch.
     try:
         return encode_ext(job.ext or {})
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:
         log.error("job %s stored without its protocol attributes: %s", job.id, exc)
         return None
 

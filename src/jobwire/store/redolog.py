@@ -213,7 +213,14 @@ class RedoLog:
         start = self._size
         data = frame(body)
         self._last_frame = len(data)
-        error = self._write(data)
+        self._add(number, start, self._write(data))
+
+    def fail(self, number: int, error: str) -> None:
+        """Batch `number` has no frame (it could not be encoded): report it failed, in
+        order with the others."""
+        self._add(number, self._size, error)
+
+    def _add(self, number: int, start: int, error: str | None) -> None:
         self._unreported.append(_Batch(number, self._generation, start, error))
         if error is None and self.sync:
             if not self._asked:

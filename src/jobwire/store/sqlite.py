@@ -514,8 +514,13 @@ class SQLiteStore(Journal):
         if (frame.empty and not kv) or self._closed:
             return
         self._frame, self._kv = FrameBuilder(), {}
-        body = frame.finish(kv)
         self._handed += 1
+        try:
+            body = frame.finish(kv)
+        except Exception as exc:  # a value the encoder refuses: this batch fails, alone
+            log.exception("store %s: cannot encode a batch", self.path)
+            self._log.fail(self._handed, f"cannot encode the batch: {exc!r}")
+            return
         if kv:
             self._kv_written.update(kv)
         self._log.append(self._handed, body)

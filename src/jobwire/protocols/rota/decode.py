@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from jobwire.protocols.json_depth import MAX_DEPTH, too_deep
 from jobwire.protocols.rota.errors import ErrorCode, RotaError
 from jobwire.protocols.rota.messages import (
     ALERT_LEVELS,
@@ -128,6 +129,8 @@ def _load(data: bytes | str, max_size: int | None) -> dict[str, Any]:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise RotaError(ErrorCode.MALFORMED_JSON, f"not a JSON text: {exc}") from None
+    if too_deep(data, obj):
+        raise RotaError(ErrorCode.INVALID_MESSAGE, f"nested deeper than {MAX_DEPTH} levels")
     if not isinstance(obj, dict):
         raise RotaError(ErrorCode.INVALID_MESSAGE, "a message is a JSON object")
     return obj

@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from jobwire.protocols.json_depth import MAX_DEPTH, too_deep
+
 MAX_SPEC = 64 * 1024  # bytes of canonical form
 MAX_NAME = 255
 _SAFE = 2**53 - 1
@@ -79,6 +81,8 @@ def load_spec(data: bytes | str) -> dict[str, Any]:
         spec = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise SpecError(f"not JSON: {exc}") from None
+    if too_deep(data, spec):
+        raise SpecError(f"nested deeper than {MAX_DEPTH} levels")
     validate_spec(spec)
     canonical(spec)  # the size check
     assert isinstance(spec, dict)

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from jobwire.protocols.json_depth import MAX_DEPTH, too_deep
 from jobwire.protocols.ojs.envelope import SPEC_VERSION
 from jobwire.protocols.ojs.errors import OJSError, error_body, invalid
 from jobwire.protocols.ojs.ids import uuid7
@@ -63,9 +64,12 @@ async def read_json(request: web.Request, *, required: bool = True) -> Any:
             raise OJSError("invalid_payload", "request body is empty; send a JSON object")
         return {}
     try:
-        return orjson.loads(raw)
+        body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise OJSError("invalid_payload", f"malformed JSON: {exc}") from None
+    if too_deep(raw, body):
+        raise OJSError("invalid_payload", f"JSON nested deeper than {MAX_DEPTH} levels")
+    return body
 
 
 async def read_object(request: web.Request, *, required: bool = True) -> dict[str, Any]:
