@@ -309,17 +309,20 @@ def fail_syncs(store: SQLiteStore) -> Callable[[], None]:
     return relay.remove
 
 
-def test_a_failed_sync_fails_its_batches_and_cuts_their_frames(tmp_path: Path) -> None:
-    path = tmp_path / "jobs.db"
+def fails_alone(
+    path: Path, break_store: Callable[[SQLiteStore], Callable[[], None]], error: str
+) -> None:
+    """Job 1 commits; job 2, saved while `break_store` holds, does not, and the store's last
+    error says `error`; job 3 commits once it is undone; a crash then keeps 1 and 3."""
     store = SQLiteStore(path)
 
     async def main() -> None:
         store.job_saved(make_job(1))
         assert await committed(store)
-        restore = fail_syncs(store)
+        restore = break_store(store)
         store.job_saved(make_job(2))
         assert not await committed(store)
-        assert store.last_error is not None and "No such file" in store.last_error
+        assert store.last_error is not None and error in store.last_error
         restore()
         store.job_saved(make_job(3))
         assert await committed(store)
@@ -328,6 +331,10 @@ def test_a_failed_sync_fails_its_batches_and_cuts_their_frames(tmp_path: Path) -
     run(main)
     crash(store)
     assert [row.id for row in loaded(path)] == ["H:test:1", "H:test:3"]
+
+
+def test_a_failed_sync_fails_its_batches_and_cuts_their_frames(tmp_path: Path) -> None:
+    fails_alone(tmp_path / "jobs.db", fail_syncs, "No such file")
 
 
 def test_a_batch_whose_sync_failed_is_not_replayed_after_a_crash(tmp_path: Path) -> None:
@@ -378,27 +385,15 @@ def test_a_batch_that_cannot_be_encoded_fails_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Its waiters hear of the failure; the next batch's sync does not answer for it."""
-    path = tmp_path / "jobs.db"
-    store = SQLiteStore(path)
-    dumps = marshal.dumps
 
     def refuse(value: object, version: int) -> bytes:
         raise ValueError("unmarshallable object")
 
-    async def main() -> None:
-        store.job_saved(make_job(1))
-        assert await committed(store)
+    def break_encoding(store: SQLiteStore) -> Callable[[], None]:
         monkeypatch.setattr(marshal, "dumps", refuse)
-        store.job_saved(make_job(2))
-        assert not await committed(store)
-        assert store.last_error is not None and "cannot encode" in store.last_error
-        monkeypatch.setattr(marshal, "dumps", dumps)
-        store.job_saved(make_job(3))
-        assert await committed(store)
+        return monkeypatch.undo
 
-    run(main)
-    crash(store)
-    assert [row.id for row in loaded(path)] == ["H:test:1", "H:test:3"]
+    fails_alone(tmp_path / "jobs.db", break_encoding, "cannot encode")
 
 
 def test_attributes_nested_too_deep_for_json_do_not_lose_the_job(tmp_path: Path) -> None:
