@@ -29,8 +29,8 @@ def too_deep(raw: bytes | str, value: Any, limit: int = MAX_DEPTH) -> bool:
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
         if depth > limit:
             return True
+        children = item.values() if isinstance(item, dict) else item
         stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
     return False

@@ -213,14 +213,15 @@ class RedoLog:
         start = self._size
         data = frame(body)
         self._last_frame = len(data)
-        self._add(number, start, self._write(data))
+        self._record_batch(number, start, self._write(data))
 
     def fail(self, number: int, error: str) -> None:
         """Batch `number` has no frame (it could not be encoded): report it failed, in
         order with the others."""
-        self._add(number, self._size, error)
+        self._record_batch(number, self._size, error)
 
-    def _add(self, number: int, start: int, error: str | None) -> None:
+    def _record_batch(self, number: int, start: int, error: str | None) -> None:
+        """Batch `number` awaits its report: a sync if written, the next delivery if not."""
         self._unreported.append(_Batch(number, self._generation, start, error))
         if error is None and self.sync:
             if not self._asked:
