@@ -26,6 +26,8 @@ class FakeStore:
         self.removed: list[str] = []
         self.waiting: list[list[Callable[[bool], None]]] = []  # one entry per batch
         self.open_batch = False
+        self.finished = 0  # batches committed at the next poll, oldest first
+        self.polls = 0
 
     def load(self) -> list[Any]:
         return []
@@ -56,6 +58,12 @@ class FakeStore:
     def commit(self, ok: bool = True) -> None:
         for callback in self.waiting.pop(0):
             callback(ok)
+
+    def poll(self) -> None:
+        self.polls += 1
+        while self.finished:
+            self.finished -= 1
+            self.commit()
 
     def close(self) -> None:
         pass
@@ -118,6 +126,32 @@ def test_each_batch_is_released_by_its_own_commit() -> None:
         assert transport.take() == created("H:1")
         store.commit()
         assert transport.take() == created("H:2") + encode(T.ECHO_RES, b"x")
+
+    asyncio.run(main())
+
+
+def test_a_commit_polled_for_during_a_long_read_releases_what_it_holds_at_once() -> None:
+    """Other clients' acknowledgements go out then; the reading client's own released
+    replies wait for the end of its read, whose replies must not go out with them."""
+
+    async def main() -> None:
+        store, _engine, reader, reader_out = await connect()
+        other = reader.server.protocol_factory()
+        other_out = FakeTransport()
+        other.connection_made(other_out)  # type: ignore[arg-type]
+        other.data_received(submit_bg(b"other"))
+        reader.data_received(submit_bg(b"first"))
+        store.end_turn()
+        store.finished = 1  # done while the next read, of 32 submits, is handled
+        reader.data_received(b"".join(submit_bg(b"%d" % n) for n in range(32)))
+        assert store.polls == 2  # every 16 packets
+        assert other_out.take() == created("H:1")
+        assert reader_out.take() == b""
+        await asyncio.sleep(0)  # the end of the loop turn
+        assert reader_out.take() == created("H:2")
+        store.end_turn()
+        store.commit()
+        assert reader_out.take() == b"".join(created(f"H:{n}") for n in range(3, 35))
 
     asyncio.run(main())
 

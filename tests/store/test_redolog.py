@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from jobwire.store import redolog
+from jobwire.store import redolog, syncproc
 from jobwire.store.redolog import RedoLog, frame, read_frames
+from tests.interop.gearman_raw import wait_until
 
 
 def test_the_zeros_after_the_last_frame_end_the_log_quietly(
@@ -95,12 +96,16 @@ class FakeSyncer:
     def __init__(self) -> None:
         self.asked: list[tuple[int, int]] = []
         self.published: list[int] = []
+        self.polled = 0
 
     def ask(self, number: int, generation: int) -> None:
         self.asked.append((number, generation))
 
     def publish(self, number: int) -> None:
         self.published.append(number)
+
+    def poll(self) -> None:
+        self.polled += 1
 
     def stop(self) -> None:
         pass
@@ -212,6 +217,53 @@ def test_a_syncer_lost_while_following_is_asked_again_for_what_it_left(tmp_path:
     asyncio.run(main())
     redo.stop()
     assert (syncer.published, reports, replacement.asked) == ([2, 3], [2], [(3, 1)])
+
+
+def test_only_a_sync_in_progress_is_polled_for(tmp_path: Path) -> None:
+    redo, syncer, reports = with_fake_syncer(tmp_path)
+
+    async def main() -> None:
+        redo.start(1, lambda number, error: reports.append(number))
+        redo.poll()  # nothing asked
+        redo.append(1, b"one")
+        redo.poll()
+        redo.synced(1, None)
+        redo.poll()
+
+    asyncio.run(main())
+    redo.stop()
+    assert (syncer.polled, reports) == (1, [1])
+
+
+def shared_answer(redo: RedoLog) -> int:
+    """The batch number of the syncer's latest successful answer, read as `poll` does."""
+    syncer = redo._syncer
+    assert isinstance(syncer, redolog._Syncer) and syncer._shared is not None
+    return syncer._shared[syncproc.ANSWERED] >> 1
+
+
+def test_a_busy_loop_takes_the_answer_ahead_of_its_message(tmp_path: Path) -> None:
+    """The loop, working through a read, sees the sync done before it reads the socket;
+    the message read later is not reported again."""
+    redo = RedoLog(tmp_path / "jobs.db")
+    reports: list[tuple[int, str | None]] = []
+
+    async def main() -> None:
+        redo.start(1, lambda number, error: reports.append((number, error)))
+        redo.append(1, b"one")
+        # The loop does not run here, as while a callback works through a read.
+        wait_until(lambda: shared_answer(redo) == 1, "the sync of batch 1 done")
+        assert reports == []
+        redo.poll()
+        assert reports == [(1, None)]
+        redo.append(2, b"two")  # asked at once: the syncer has said it is idle
+        while len(reports) < 2:  # the loop reads both messages
+            await asyncio.sleep(0.001)
+
+    asyncio.run(main())
+    redo.stop()
+    assert reports == [(1, None), (2, None)]
+    assert redo.syncs == 2
 
 
 def test_ready_ahead_the_file_is_open_and_its_syncer_syncs_the_first_batch(

@@ -1,5 +1,5 @@
 """The syncer process: answers sync requests in order, follows the shared written number,
-polls between requests when asked to."""
+shares its answers, polls between requests when asked to."""
 
 from __future__ import annotations
 
@@ -40,13 +40,14 @@ def answer(sock: socket.socket) -> tuple[int, int, int]:
     return number, code, more
 
 
-def shared_number(value: int) -> tuple[int, memoryview]:
-    """A memory file holding `value`, as the server makes it: its descriptor and a map."""
-    fd = os.memfd_create("test-written")
-    os.ftruncate(fd, syncproc.WRITTEN_SIZE)
-    written = syncproc.map_written(fd)
-    written[0] = value
-    return fd, written
+def shared_numbers(written: int) -> tuple[int, memoryview]:
+    """A memory file holding the written number `written`, as the server makes it: its
+    descriptor and a map."""
+    fd = os.memfd_create("test-shared")
+    os.ftruncate(fd, syncproc.SHARED_SIZE)
+    shared = syncproc.map_shared(fd)
+    shared[syncproc.WRITTEN] = written
+    return fd, shared
 
 
 StartSyncer = Callable[..., Syncer]
@@ -108,36 +109,44 @@ def test_without_busy_polling_it_sleeps_until_asked(start_syncer: StartSyncer) -
 def test_a_sync_covers_the_batches_the_shared_number_says_are_written(
     start_syncer: StartSyncer,
 ) -> None:
-    fd, written = shared_number(5)
+    fd, shared = shared_numbers(5)
     syncer = start_syncer(0.0, fd)
     os.close(fd)  # the process has its own descriptor, and maps the file
     assert syncer.sync(1, 1) == (5, 0, 0)  # asked for 1; batches up to 5 are written
     assert syncer.sync(7, 1) == (7, 0, 0)  # a request ahead of the number wins
-    written[0] = 9
+    shared[syncproc.WRITTEN] = 9
     assert syncer.sync(8, 1) == (9, 0, 0)
+    assert shared[syncproc.ANSWERED] == 9 << 1  # the latest answer, shared too
 
 
 def run_serve(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, during_syncs: list[int], fail_at: int = 0
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    during_syncs: list[int],
+    fail_at: int = 0,
+    shared_answers: list[int] | None = None,
 ) -> list[tuple[int, int, int]]:
     """Ask `serve` (in a thread) for batch 1; the n-th fdatasync sets the written number
     to `during_syncs[n]` as though frames were written while it ran, and the `fail_at`-th
-    fails. The answers until one without `more`."""
+    fails. The answers until one without `more`. `shared_answers` gets the shared answer
+    as each sync starts, and as the thread ends."""
     (tmp_path / f"{PREFIX}1").write_bytes(b"frames")
-    fd, written = shared_number(0)
+    fd, shared = shared_numbers(0)
     os.close(fd)
     synced: list[int] = []
 
     def fdatasync(fd: int) -> None:
         synced.append(fd)
+        if shared_answers is not None:
+            shared_answers.append(shared[syncproc.ANSWERED])
         if len(synced) <= len(during_syncs):
-            written[0] = during_syncs[len(synced) - 1]
+            shared[syncproc.WRITTEN] = during_syncs[len(synced) - 1]
         if len(synced) == fail_at:
             raise OSError(errno.EIO, "I/O error")
 
     monkeypatch.setattr(os, "fdatasync", fdatasync)
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    serve_args = (theirs, str(tmp_path), PREFIX, 0.0, written)
+    serve_args = (theirs, str(tmp_path), PREFIX, 0.0, shared)
     thread = threading.Thread(target=syncproc.serve, args=serve_args)
     thread.start()
     answers: list[tuple[int, int, int]] = []
@@ -150,6 +159,8 @@ def run_serve(
         thread.join(timeout=30)
         theirs.close()
     assert not thread.is_alive()
+    if shared_answers is not None:
+        shared_answers.append(shared[syncproc.ANSWERED])
     return answers
 
 
@@ -164,3 +175,20 @@ def test_while_frames_are_written_the_syncs_go_on_without_a_request(
 def test_a_failed_sync_ends_the_chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     answers = run_serve(tmp_path, monkeypatch, [3, 9], fail_at=2)
     assert answers == [(1, 0, 1), (3, errno.EIO, 0)]
+
+
+def test_each_successful_answer_is_shared_before_it_is_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy server reads them there first (`RedoLog.poll`): `number << 1 | more`."""
+    shared: list[int] = []
+    answers = run_serve(tmp_path, monkeypatch, [3, 9, 9], shared_answers=shared)
+    assert answers == [(1, 0, 1), (3, 0, 1), (9, 0, 0)]
+    assert shared == [0, 1 << 1 | 1, 3 << 1 | 1, 9 << 1]
+
+
+def test_a_failed_sync_is_not_shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only its message tells of it: the server must not take it for a success."""
+    shared: list[int] = []
+    assert run_serve(tmp_path, monkeypatch, [3, 9], 2, shared) == [(1, 0, 1), (3, errno.EIO, 0)]
+    assert shared == [0, 1 << 1 | 1, 1 << 1 | 1]

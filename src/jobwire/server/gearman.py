@@ -337,6 +337,9 @@ class GearmanConnection(asyncio.Protocol):
         self.grab_waits = False
         self.held_grabs: list[int] = []  # the packet types of the GRABs waiting
         self.push_due = False  # a held GRAB may be answered: do it before the next flush
+        # In `data_received`: a commit reported meanwhile (`Store.poll`) must not flush the
+        # replies of the read, which are not held yet.
+        self.reading = False
 
     # ------------------------------------------------------------ transport events
 
@@ -374,12 +377,16 @@ class GearmanConnection(asyncio.Protocol):
         durable_before = self.durable_replies
         was_dirty = self.dirty
         self.dirty = True  # sends below need not mark the connection: done once at the end
-        if self.hot_path and not decoder.failed:
-            done = self._run_hot(data)
-            if done:
-                data = data[done:]
-        if len(data):  # compiled, len() is native where the truth of bytes is a call
-            self._run_messages(data)
+        self.reading = True
+        try:
+            if self.hot_path and not decoder.failed:
+                done = self._run_hot(data)
+                if done:
+                    data = data[done:]
+            if len(data):  # compiled, len() is native where the truth of bytes is a call
+                self._run_messages(data)
+        finally:
+            self.reading = False
         if self.durable_replies != durable_before:
             self._hold_until_committed()
         if not was_dirty:
@@ -396,7 +403,8 @@ class GearmanConnection(asyncio.Protocol):
 
     def _hold_until_committed(self) -> None:
         """Acknowledge only what is durable: hold the output queued so far until commit."""
-        if not self.holds:
+        if not self.holds and self.released < self.sent:
+            # A commit polled for during the read may have released more than was sent.
             self.released = self.sent
         joined = self.joined_acks
         if joined:
@@ -419,7 +427,14 @@ class GearmanConnection(asyncio.Protocol):
         end = len(data)
         max_packet = self.decoder.max_packet
         now = 0.0  # the time of this read's submits: read once, at the first
+        # A durable store's commits are polled for every 16 packets: a read of many submits
+        # runs for tens of microseconds, and other clients' acknowledgements need not wait.
+        poll = self.engine.store.poll if self.durable else None
+        count = 0
         while end - pos >= 12:
+            count += 1
+            if poll is not None and not count & 15:
+                poll()
             head = _request_head(data, pos)
             if head < 0:
                 break
@@ -509,7 +524,8 @@ class GearmanConnection(asyncio.Protocol):
         self.released = hold.end
         if not ok:
             self._retract(hold)
-        self.flush()
+        if not self.reading:  # else the read's end flushes
+            self.flush()
 
     def _retract(self, hold: _Hold) -> None:
         """The clients must not believe the jobs were accepted, and they must not run."""

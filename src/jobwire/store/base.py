@@ -75,6 +75,11 @@ class Store(Protocol):
         (the client told the job was not accepted) and its new jobs dropped.
         """
 
+    def poll(self) -> None:
+        """Run the `after_commit` callbacks of commits that have finished, if the store can
+        tell without waiting (no system call); they run in a later loop turn otherwise. For
+        the loop to call while it works through a long read of requests."""
+
     def close(self) -> None:
         """Commit what is pending and release the file."""
 
@@ -102,6 +107,9 @@ class MemoryStore:
 
     def after_commit(self, callback: Callable[[bool], None]) -> None:
         callback(True)
+
+    def poll(self) -> None:
+        pass
 
     def close(self) -> None:
         pass

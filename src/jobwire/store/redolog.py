@@ -6,7 +6,9 @@ the page cache), and a syncer process (`jobwire.store.syncproc`) fdatasyncs the 
 sync is outstanding at a time; the frames written while it runs are covered by the next
 one, so under load one fdatasync carries many loop turns. While the syncer works, the log
 tells it the newest batch written through a shared number, so it goes from one sync to the
-next without waiting to be asked (see `jobwire.store.syncproc`). SQLite is written later,
+next without waiting to be asked, and the loop, busy with a client's read, takes the
+syncer's answers from shared memory before their message arrives (`poll`; see
+`jobwire.store.syncproc`). SQLite is written later,
 in large checkpoints that leave the log behind. A job created and finished between two
 checkpoints never reaches SQLite at all.
 
@@ -67,6 +69,9 @@ class SyncerLink(Protocol):
 
     def publish(self, number: int) -> None:
         """Batch `number` is written to the file being synced."""
+
+    def poll(self) -> None:
+        """Report the latest successful answer now if its message is not yet read."""
 
     def stop(self) -> None: ...
 
@@ -338,6 +343,13 @@ class RedoLog:
             return f"redo log syncer: {exc}"
         return self._syncer
 
+    def poll(self) -> None:
+        """Report the batches the syncer has made durable, without waiting for the loop to
+        read its answer: cheap (no system call), for the loop to call while it works
+        through a long read."""
+        if self._asked and self._syncer is not None:
+            self._syncer.poll()
+
     def synced(self, number: int, error: str | None, more: bool = False) -> None:
         """The syncer's answer: the batches up to `number` are durable, or not; `more`:
         it is syncing newer ones already, and will answer again."""
@@ -461,9 +473,12 @@ class _Syncer:
         self.owner = owner
         self.loop = loop
         self.answered = False
-        self._written: memoryview | None = None  # the shared written number
+        self._shared: memoryview | None = None  # the numbers shared with the process
+        # The batch number of the latest successful answer reported, from its message or
+        # from the shared numbers, whichever came first: the other is then ignored.
+        self._answered = 0
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        shared = _shared_number()
+        shared = _shared_numbers()
         command = [sys.executable, "-I", "-S", syncproc.__file__, str(child.fileno())]
         command += [str(owner.directory), owner.prefix, repr(owner.busy_poll)]
         passed = [child.fileno()]
@@ -472,7 +487,7 @@ class _Syncer:
             passed.append(shared)
         try:
             if shared is not None:
-                self._written = syncproc.map_written(shared)
+                self._shared = syncproc.map_shared(shared)
             self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, pass_fds=passed)
         except BaseException:
             self.sock.close()
@@ -493,8 +508,17 @@ class _Syncer:
 
     def publish(self, number: int) -> None:
         """Batch `number` is written to the file being synced (see `RedoLog._following`)."""
-        if self._written is not None:
-            self._written[0] = number  # one aligned 8-byte store: never seen half-written
+        if self._shared is not None:
+            self._shared[syncproc.WRITTEN] = number  # aligned 8 bytes: never half-written
+
+    def poll(self) -> None:
+        shared = self._shared
+        if shared is not None:
+            answer = shared[syncproc.ANSWERED]
+            number = answer >> 1
+            if number > self._answered:  # each answer's number is above the one before
+                self._answered = number
+                self.owner.synced(number, None, bool(answer & 1))
 
     def _readable(self) -> None:
         # An answer with `more` unset is the last until the next request, so reading
@@ -513,8 +537,11 @@ class _Syncer:
                 return
             self.answered = True
             number, code, more = _ANSWER.unpack(message)
-            error = None if code == 0 else f"OSError: [Errno {code}] {os.strerror(code)}"
-            self.owner.synced(number, error, bool(more))
+            if code:
+                self.owner.synced(number, f"OSError: [Errno {code}] {os.strerror(code)}")
+            elif number > self._answered:  # else `poll` has reported it
+                self._answered = number
+                self.owner.synced(number, None, bool(more))
             if not more:
                 return
 
@@ -524,10 +551,10 @@ class _Syncer:
             with contextlib.suppress(ValueError, OSError, RuntimeError):
                 self.loop.remove_reader(self.sock.fileno())
             self.sock.close()
-        if self._written is not None:
-            mapped = self._written.obj
-            self._written.release()
-            self._written = None
+        if self._shared is not None:
+            mapped = self._shared.obj
+            self._shared.release()
+            self._shared = None
             assert isinstance(mapped, mmap.mmap)
             mapped.close()
         try:
@@ -537,15 +564,15 @@ class _Syncer:
             self.process.wait()
 
 
-def _shared_number() -> int | None:
-    """A memory file holding one int64, zero, for the syncer's written number; None where
-    the system has none (the syncer then syncs as far as asked)."""
+def _shared_numbers() -> int | None:
+    """A memory file of zeros for the numbers shared with a syncer; None where the system
+    has none (the syncer then syncs as far as asked, and answers by message only)."""
     if not hasattr(os, "memfd_create"):
         return None
     fd = -1
     try:
-        fd = os.memfd_create("jobwire-redo-written")
-        os.ftruncate(fd, syncproc.WRITTEN_SIZE)
+        fd = os.memfd_create("jobwire-redo-shared")
+        os.ftruncate(fd, syncproc.SHARED_SIZE)
     except OSError as exc:
         if fd >= 0:
             os.close(fd)

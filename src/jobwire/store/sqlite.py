@@ -475,6 +475,9 @@ class SQLiteStore(Journal):
     def pending(self) -> bool:
         return not self._frame.empty or bool(self._kv) or self._handed > self._done
 
+    def poll(self) -> None:
+        self._log.poll()
+
     def after_commit(self, callback: Callback) -> None:
         if not self._frame.empty or self._kv:
             self._waiters.append((self._handed + 1, callback))

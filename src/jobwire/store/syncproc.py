@@ -1,10 +1,10 @@
 """The syncer: a child process that fdatasyncs the redo log for the server.
 
-    python -I -S syncproc.py SOCKET_FD DIRECTORY PREFIX [BUSY_POLL [WRITTEN_FD]]
+    python -I -S syncproc.py SOCKET_FD DIRECTORY PREFIX [BUSY_POLL [SHARED_FD]]
 
 Why a process: a thread of the server would need the GIL after every fdatasync, and the
 server's event loop holds it while it is busy, so a thread's syncs would run only when the
-loop idles. This process shares nothing with the loop but the file, a socket and one number.
+loop idles. This process shares nothing with the loop but the file, a socket and two numbers.
 
 Protocol, over a SOCK_SEQPACKET socket, one message per datagram: the server asks
 `(batch number, generation)` (REQUEST): make the log file of that generation durable up to
@@ -16,14 +16,20 @@ survives a crash. The process exits when the server closes its end (or dies), an
 SIGINT and SIGTERM, which a terminal or a service manager may send to the whole process
 group: the server decides when it stops.
 
-The written number (WRITTEN_FD, a memory file of one int64 that both processes map): while
-this process works for it, the server stores there the newest batch written to the file
-being synced. Each sync covers the batches up to that number, and when a sync ends and the
-number has grown, the next one starts at once. Asking by message costs a round trip
-through the server's event loop, which is often busy for tens of microseconds handling
-clients, while the batches written meanwhile wait; under load one request now starts a
-chain of back-to-back syncs. A pwrite returns before the server stores the number, so a
-sync begun after reading it covers those frames.
+The shared numbers (SHARED_FD, a memory file of two int64 that both processes map):
+- WRITTEN, stored by the server: while this process works for it, the newest batch
+  written to the file being synced. Each sync covers the batches up to that number, and
+  when a sync ends and the number has grown, the next one starts at once. Asking by
+  message costs a round trip through the server's event loop, which is often busy for
+  tens of microseconds handling clients, while the batches written meanwhile wait; under
+  load one request now starts a chain of back-to-back syncs. A pwrite returns before the
+  server stores the number, so a sync begun after reading it covers those frames.
+- ANSWERED, stored by this process: its latest successful answer, `number << 1 | more`,
+  stored before the answer is sent. The server's loop reads the socket only between
+  callbacks, and a callback handling a client's read of many requests runs for tens of
+  microseconds; the server looks at this number while it works through such a read
+  (`RedoLog.poll`), so the acknowledgements go out, and the next sync is asked for,
+  that much sooner. Failures are answered by message only.
 
 Busy polling (BUSY_POLL seconds, the server's `--busy-poll`): after its last answer the
 process polls for the next request without blocking, yielding the CPU (sched_yield) on each
@@ -47,12 +53,13 @@ import time
 
 REQUEST = struct.Struct("<qq")  # batch number, generation
 ANSWER = struct.Struct("<qqq")  # batch number, errno, more (1: another answer follows)
-WRITTEN_SIZE = 8  # the shared written number: one int64
+WRITTEN, ANSWERED = 0, 1  # the shared numbers, by index
+SHARED_SIZE = 16  # bytes: two int64
 
 
-def map_written(fd: int) -> memoryview:
-    """The shared written number in the memory file `fd`, mapped (the map outlives `fd`)."""
-    return memoryview(mmap.mmap(fd, WRITTEN_SIZE)).cast("q")
+def map_shared(fd: int) -> memoryview:
+    """The shared numbers in the memory file `fd`, mapped (the map outlives `fd`)."""
+    return memoryview(mmap.mmap(fd, SHARED_SIZE)).cast("q")
 
 
 def serve(
@@ -60,10 +67,10 @@ def serve(
     directory: str,
     prefix: str,
     busy_poll: float = 0.0,
-    written: memoryview | None = None,
+    shared: memoryview | None = None,
 ) -> None:
-    """Answer requests until the server closes its end. `written`: the shared written
-    number (one int64), or None to sync only as far as asked."""
+    """Answer requests until the server closes its end. `shared`: the shared numbers, or
+    None to sync only as far as asked and answer by message only."""
     log = _LogFile(directory, prefix)
     poll_until = 0.0  # the `time.monotonic()` until which to poll for the next request
     while True:
@@ -76,10 +83,12 @@ def serve(
         number, generation = REQUEST.unpack(message)
         more = True
         while more:
-            if written is not None:
-                number = max(number, written[0])
+            if shared is not None:
+                number = max(number, shared[WRITTEN])
             code = log.sync(generation)
-            more = code == 0 and written is not None and written[0] > number
+            more = code == 0 and shared is not None and shared[WRITTEN] > number
+            if code == 0 and shared is not None:
+                shared[ANSWERED] = number << 1 | more
             try:
                 sock.send(ANSWER.pack(number, code, more))
             except OSError:
@@ -134,12 +143,12 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     fd, directory, prefix = int(argv[1]), argv[2], argv[3]
     busy_poll = float(argv[4]) if len(argv) > 4 else 0.0
-    written = None
+    shared = None
     if len(argv) > 5:
-        written = map_written(int(argv[5]))
+        shared = map_shared(int(argv[5]))
         os.close(int(argv[5]))
     with socket.socket(fileno=fd) as sock:
-        serve(sock, directory, prefix, busy_poll, written)
+        serve(sock, directory, prefix, busy_poll, shared)
     return 0
 
 
