@@ -26,6 +26,7 @@ class FakeStore:
         self.removed: list[str] = []
         self.waiting: list[list[Callable[[bool], None]]] = []  # one entry per batch
         self.open_batch = False
+        self.idle = False  # `commit_if_idle` ends the batch
         self.finished = 0  # batches committed at the next poll, oldest first
         self.polls = 0
 
@@ -58,6 +59,10 @@ class FakeStore:
     def commit(self, ok: bool = True) -> None:
         for callback in self.waiting.pop(0):
             callback(ok)
+
+    def commit_if_idle(self) -> None:
+        if self.idle:
+            self.end_turn()  # the next write starts a batch of its own
 
     def poll(self) -> None:
         self.polls += 1
@@ -126,6 +131,27 @@ def test_each_batch_is_released_by_its_own_commit() -> None:
         assert transport.take() == created("H:1")
         store.commit()
         assert transport.take() == created("H:2") + encode(T.ECHO_RES, b"x")
+
+    asyncio.run(main())
+
+
+def test_reads_of_one_turn_are_committed_apart_when_the_store_starts_early() -> None:
+    """Between two reads an idle store may commit what came before (`commit_if_idle`):
+    each read's replies are held by its own batch."""
+
+    async def main() -> None:
+        store, _engine, first, first_out = await connect()
+        second = first.server.protocol_factory()
+        second_out = FakeTransport()
+        second.connection_made(second_out)  # type: ignore[arg-type]
+        store.idle = True
+        first.data_received(submit_bg(b"a"))
+        second.data_received(submit_bg(b"b"))
+        store.commit()  # the first read's batch
+        await asyncio.sleep(0)  # the end of the loop turn
+        assert (first_out.take(), second_out.take()) == (created("H:1"), b"")
+        store.commit()
+        assert second_out.take() == created("H:2")
 
     asyncio.run(main())
 

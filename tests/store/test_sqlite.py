@@ -21,7 +21,7 @@ from jobwire.engine import Engine, EngineConfig, Job, JobState, WorkerSession
 from jobwire.store import redolog
 from jobwire.store import sqlite as sqlite_store
 from jobwire.store.base import StoredJob
-from jobwire.store.sqlite import SCHEMA_VERSION, SQLiteStore, StoreError
+from jobwire.store.sqlite import EARLY_BATCH_WRITES, SCHEMA_VERSION, SQLiteStore, StoreError
 
 T = TypeVar("T")
 
@@ -104,6 +104,10 @@ class Relay:
         assert self.inner is not None
         if self.publishing:
             self.inner.publish(number)
+
+    def poll(self) -> None:
+        if self.inner is not None:
+            self.inner.poll()
 
     def stop(self) -> None:
         if self.inner is not None:
@@ -245,6 +249,48 @@ def test_after_commit_waits_for_the_commit_and_is_immediate_when_idle(tmp_path: 
     run(main)
     store.close()
     assert calls == [("idle", True), ("first", True), ("in flight", True)]
+
+
+def test_between_reads_a_large_batch_goes_to_an_idle_disk_before_the_turn_ends(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "jobs.db")
+    handed: list[int] = []  # batches handed to the log after each `commit_if_idle`
+
+    async def main() -> None:
+        for number in range(EARLY_BATCH_WRITES - 1):
+            store.job_saved(make_job(number))
+        store.commit_if_idle()
+        handed.append(store._handed)  # too small to be worth a sync of its own: 0
+        store.job_saved(make_job(EARLY_BATCH_WRITES))
+        store.commit_if_idle()
+        handed.append(store._handed)  # handed off now, not at the end of the turn: 1
+        for number in range(EARLY_BATCH_WRITES):
+            store.job_saved(make_job(EARLY_BATCH_WRITES + 1 + number))
+        store.commit_if_idle()
+        handed.append(store._handed)  # the first batch's sync is outstanding: 1
+        assert await committed(store)
+
+    run(main)
+    store.close()
+    assert handed == [0, 1, 1]
+    assert store._handed == 2  # the rest at the end of the turn
+    assert len(loaded(tmp_path / "jobs.db")) == 2 * EARLY_BATCH_WRITES
+
+
+def test_with_fsync_off_batches_wait_for_the_end_of_the_turn(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "jobs.db", fsync="off")
+
+    async def main() -> None:
+        for number in range(2 * EARLY_BATCH_WRITES):
+            store.job_saved(make_job(number))
+        store.commit_if_idle()
+        assert store._handed == 0
+        assert await committed(store)
+
+    run(main)
+    store.close()
+    assert store.commits == 1
 
 
 @pytest.mark.parametrize(("fsync", "commits"), [("batch", 2), ("always", 3)])

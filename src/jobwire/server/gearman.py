@@ -375,6 +375,8 @@ class GearmanConnection(asyncio.Protocol):
                 return
             data = decoder.take_buffered() + data
         durable_before = self.durable_replies
+        if self.durable:  # between two reads: what came before may be committed now
+            self.engine.store.commit_if_idle()
         was_dirty = self.dirty
         self.dirty = True  # sends below need not mark the connection: done once at the end
         self.reading = True

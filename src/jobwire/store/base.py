@@ -80,6 +80,10 @@ class Store(Protocol):
         tell without waiting (no system call); they run in a later loop turn otherwise. For
         the loop to call while it works through a long read of requests."""
 
+    def commit_if_idle(self) -> None:
+        """Start committing the changes so far if no commit is in progress and enough of
+        them wait; for the loop to call between two reads."""
+
     def close(self) -> None:
         """Commit what is pending and release the file."""
 
@@ -109,6 +113,9 @@ class MemoryStore:
         callback(True)
 
     def poll(self) -> None:
+        pass
+
+    def commit_if_idle(self) -> None:
         pass
 
     def close(self) -> None:

@@ -343,6 +343,11 @@ class RedoLog:
             return f"redo log syncer: {exc}"
         return self._syncer
 
+    @property
+    def idle(self) -> bool:
+        """Syncing, and no sync is outstanding: a batch written now is synced at once."""
+        return self.sync and not self._asked
+
     def poll(self) -> None:
         """Report the batches the syncer has made durable, without waiting for the loop to
         read its answer: cheap (no system call), for the loop to call while it works
