@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import marshal
 import os
 import sqlite3
@@ -276,6 +277,30 @@ def test_between_reads_a_large_batch_goes_to_an_idle_disk_before_the_turn_ends(
     assert handed == [0, 1, 1]
     assert store._handed == 2  # the rest at the end of the turn
     assert len(loaded(tmp_path / "jobs.db")) == 2 * EARLY_BATCH_WRITES
+
+
+def test_a_store_failure_between_reads_is_logged_not_raised_into_the_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`commit_if_idle` and `poll` run inside a client's read, whose connection an
+    exception would close."""
+    store = SQLiteStore(tmp_path / "jobs.db")
+
+    def broken(data: bytes) -> int:
+        raise RuntimeError("checksum unit on fire")
+
+    async def main() -> None:
+        for number in range(EARLY_BATCH_WRITES):
+            store.job_saved(make_job(number))
+        monkeypatch.setattr(redolog.zlib, "crc32", broken)
+        store.commit_if_idle()
+        monkeypatch.undo()
+
+    with caplog.at_level(logging.ERROR):
+        run(main)
+    store.close()
+    assert "handing off a batch failed" in caplog.text
+    assert "checksum unit on fire" in caplog.text
 
 
 def test_with_fsync_off_batches_wait_for_the_end_of_the_turn(tmp_path: Path) -> None:

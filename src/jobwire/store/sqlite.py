@@ -480,8 +480,14 @@ class SQLiteStore(Journal):
     def pending(self) -> bool:
         return not self._frame.empty or bool(self._kv) or self._handed > self._done
 
+    # Both run inside a client's read: a failure of the store's own must not reach that
+    # connection, which its transport would close. Logged, as the loop logs its callbacks'.
+
     def poll(self) -> None:
-        self._log.poll()
+        try:
+            self._log.poll()
+        except Exception:
+            log.exception("store %s: reporting a finished sync failed", self.path)
 
     def commit_if_idle(self) -> None:
         """A batch is handed off at the end of a loop turn, but a turn can hold several
@@ -490,7 +496,10 @@ class SQLiteStore(Journal):
         takes goes to an idle disk at once. A lower bar would cost a sync per read under a
         load of small reads (workers completing jobs one by one)."""
         if self._log.idle and self.write_count - self._handed_at >= EARLY_BATCH_WRITES:
-            self._hand_off()
+            try:
+                self._hand_off()
+            except Exception:
+                log.exception("store %s: handing off a batch failed", self.path)
 
     def after_commit(self, callback: Callback) -> None:
         if not self._frame.empty or self._kv:
