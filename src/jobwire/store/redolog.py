@@ -520,10 +520,14 @@ class _Syncer:
         shared = self._shared
         if shared is not None:
             answer = shared[syncproc.ANSWERED]
-            number = answer >> 1
-            if number > self._answered:  # each answer's number is above the one before
-                self._answered = number
-                self.owner.synced(number, None, bool(answer & 1))
+            self._succeeded(answer >> 1, bool(answer & 1))
+
+    def _succeeded(self, number: int, more: bool) -> None:
+        """A successful answer, from the shared numbers or from its message: reported by
+        whichever comes first (each answer's number is above the one before)."""
+        if number > self._answered:
+            self._answered = number
+            self.owner.synced(number, None, more)
 
     def _readable(self) -> None:
         # An answer with `more` unset is the last until the next request, so reading
@@ -544,9 +548,8 @@ class _Syncer:
             number, code, more = _ANSWER.unpack(message)
             if code:
                 self.owner.synced(number, f"OSError: [Errno {code}] {os.strerror(code)}")
-            elif number > self._answered:  # else `poll` has reported it
-                self._answered = number
-                self.owner.synced(number, None, bool(more))
+            else:
+                self._succeeded(number, bool(more))
             if not more:
                 return
 
