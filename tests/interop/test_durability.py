@@ -18,7 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.interop.gearman_raw import Cmd, GearmanSocket, admin, list_lines, pack, status
+from tests.interop.gearman_raw import (
+    DEADLINE,
+    Cmd,
+    GearmanSocket,
+    admin,
+    list_lines,
+    pack,
+    status,
+)
+from tests.ojs.dsl import Runner
 from tests.servers import ServerProcess, free_port, process_state, start_jobwire
 
 pytestmark = pytest.mark.interop
@@ -40,8 +49,8 @@ def servers() -> Iterator[list[ServerProcess]]:
         server.kill()
 
 
-def start(servers: list[ServerProcess], db: Path, *args: str) -> ServerProcess:
-    server = start_jobwire(args, store=f"sqlite:{db}")
+def start(servers: list[ServerProcess], db: Path, *args: str, http: bool = False) -> ServerProcess:
+    server = start_jobwire(args, store=f"sqlite:{db}", http=http)
     servers.append(server)
     return server
 
@@ -193,6 +202,50 @@ def test_job_active_at_the_crash_comes_back_with_its_attempt_counted(
     assert status(server)[FUNCTION][:2] == (2, 0)
     assert drain(server) == [(active, b"was running"), (queued, b"was queued")]
     assert show_jobs(server) == {}
+
+
+def handle_number(handle: str) -> int:
+    """N of a `PREFIX:N` job handle."""
+    return int(handle.rpartition(":")[2])
+
+
+def wait_until_idle(server: ServerProcess) -> None:
+    """Poll `status` until the server holds no job of FUNCTION (the completions sent are
+    handled)."""
+    end = time.monotonic() + DEADLINE
+    while status(server).get(FUNCTION, (0, 0, 0))[:2] != (0, 0):
+        assert time.monotonic() < end, f"jobs still queued after {DEADLINE}s: {status(server)}"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("ending", ["SIGTERM", "SIGKILL"])
+def test_job_handles_are_never_reused_after_a_restart_with_nothing_to_replay(
+    db: Path, servers: list[ServerProcess], ending: str
+) -> None:
+    """Promise: a job handle names one job for the life of the store, so a handle a client
+    kept from before a restart never names a new job, even when every job had finished."""
+    server = start(servers, db, http=True)
+    with GearmanSocket(server) as client:
+        before = [client.submit_bg(FUNCTION, payload(i)) for i in range(5)]
+    assert drain(server) == [(handle, payload(i)) for i, handle in enumerate(before)]
+    wait_until_idle(server)
+    # Batches commit in order: once this push is answered 201 the completions handled before
+    # it are durable too, so the restart below finds no Gearman job to continue the
+    # numbering from. (Its id is a UUID, not a PREFIX:N handle.)
+    barrier = Runner(f"http://127.0.0.1:{server.http_port}").request(
+        "POST", "/ojs/v1/jobs", {"type": "barrier", "args": []}
+    )
+    assert barrier.status == 201, barrier.raw
+    if ending == "SIGTERM":
+        assert server.stop() == 0, server.log()
+    else:
+        server.kill()
+
+    server = start(servers, db)
+    assert set(show_jobs(server)).isdisjoint(before)  # nothing of before was replayed
+    with GearmanSocket(server) as client:
+        after = [client.submit_bg(FUNCTION, payload(i)) for i in range(5)]
+    assert min(map(handle_number, after)) > max(map(handle_number, before)), (before, after)
 
 
 def test_replay_keeps_order_priorities_and_scheduled_jobs(
