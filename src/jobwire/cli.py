@@ -88,6 +88,14 @@ def _setup_logging(log_file: str, verbose: str) -> None:
     "declared dead and its jobs are requeued.",
 )
 @click.option(
+    "--cron-catch-up",
+    type=click.Choice(["skip", "once"]),
+    default="skip",
+    show_default=True,
+    help="Cron runs missed while the server was down: skip them, or run each entry once at "
+    "start-up.",
+)
+@click.option(
     "--retain-finished",
     type=float,
     default=None,
@@ -198,6 +206,7 @@ def serve(
     http_port: int,
     allow_reset: bool,
     heartbeat_timeout: float,
+    cron_catch_up: str,
     retain_finished: float | None,
     store: str,
     fsync: str,
@@ -254,7 +263,11 @@ def serve(
             if retain_finished is None
             else retain_finished,
         ),
-        ojs=OJSOptions(allow_reset=allow_reset, heartbeat_timeout=heartbeat_timeout),
+        ojs=OJSOptions(
+            allow_reset=allow_reset,
+            heartbeat_timeout=heartbeat_timeout,
+            cron_catch_up=cron_catch_up,
+        ),
         rota=RotaOptions(
             heartbeat_timeout=rota_heartbeat_timeout,
             max_message=rota_max_message,

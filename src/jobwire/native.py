@@ -33,7 +33,7 @@ MODULES = (
     "jobwire.server.gearman",
     "jobwire.server.runtime",
     "jobwire.store.frames",
-    "jobwire.store.journal",
+    "jobwire.ports.journal",
     "jobwire.store.redolog",
     "jobwire.store.sqlite",
 )

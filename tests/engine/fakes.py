@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from jobwire.engine import (
     Dispatch,
     Engine,
     EngineConfig,
     Job,
-    JobEvent,
+    JobState,
+    Output,
     WorkerSession,
 )
 
@@ -54,17 +56,42 @@ class RecordingHandler:
         self.revoked.append((job, reason))
 
 
+class Told(Enum):
+    """What a subscriber was told, flattened for assertions."""
+
+    STATUS = "status"  # job_progress: data is b"DONE/TOTAL"
+    DATA = "data"  # job_output(Output.DATA)
+    WARNING = "warning"  # job_output(Output.WARNING)
+    COMPLETE = "complete"  # job_finished(COMPLETED): data is the result
+    FAIL = "fail"  # job_finished(not completed, no error detail)
+    EXCEPTION = "exception"  # job_finished(DISCARDED) with the worker's detail as data
+
+
 @dataclass(eq=False)  # identity: two clients are never the same subscriber
 class RecordingSubscriber:
     """A foreground client: records every job event it is told."""
 
     name: str = "client"
-    events: list[tuple[str, JobEvent, bytes]] = field(default_factory=list)
+    events: list[tuple[str, Told, bytes]] = field(default_factory=list)
 
-    def job_event(self, job: Job, event: JobEvent, data: bytes) -> None:
-        self.events.append((job.id, event, data))
+    def job_progress(self, job: Job, done: int, total: int) -> None:
+        self.events.append((job.id, Told.STATUS, b"%d/%d" % (done, total)))
 
-    def kinds(self) -> list[JobEvent]:
+    def job_output(self, job: Job, kind: Output, data: bytes) -> None:
+        told = Told.DATA if kind is Output.DATA else Told.WARNING
+        self.events.append((job.id, told, data))
+
+    def job_finished(
+        self, job: Job, state: JobState, result: bytes | None, error: bytes | None
+    ) -> None:
+        if state is JobState.COMPLETED:
+            self.events.append((job.id, Told.COMPLETE, result or b""))
+        elif error is not None:
+            self.events.append((job.id, Told.EXCEPTION, error))
+        else:
+            self.events.append((job.id, Told.FAIL, b""))
+
+    def kinds(self) -> list[Told]:
         return [event for _, event, _ in self.events]
 
 

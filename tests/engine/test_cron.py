@@ -108,15 +108,18 @@ class MemoryKV:
             self.records[(namespace, key)] = value
 
 
-def scheduler(h: Harness, kv: MemoryKV | None = None) -> tuple[CronScheduler, list[Job]]:
+def scheduler(
+    h: Harness, kv: MemoryKV | None = None, catch_up: str = "skip"
+) -> tuple[CronScheduler, list[Job]]:
     made: list[Job] = []
 
     def trigger(entry: CronEntry, when: float) -> Job:
         job, _ = h.engine.submit(entry.template["type"], b"", queue="cron")
+        job.ext = {"scheduled_for": when}
         made.append(job)
         return job
 
-    return CronScheduler(h.engine, trigger, kv=kv), made
+    return CronScheduler(h.engine, trigger, kv=kv, catch_up=catch_up), made
 
 
 def test_fires_every_minute_and_skips_while_the_last_run_is_unfinished(h: Harness) -> None:
@@ -168,3 +171,46 @@ def test_registrations_survive_through_the_key_value_store(h: Harness) -> None:
     assert len(made) == 1
     again.remove("nightly")
     assert kv.records == {}
+
+
+def down_for_three_runs(h: Harness, catch_up: str) -> tuple[Harness, list[Job], float]:
+    """An hourly entry that ran once; the server is down for three of its runs, then starts
+    again (a new engine) on the same store. Returns the new engine, the jobs made after the
+    restart, and the first missed time."""
+    kv = MemoryKV()
+    cron, made = scheduler(h, kv)
+    cron.register(new_entry("hourly", "0 * * * *", {"type": "h"}))
+    entry = cron.get("hourly")
+    assert entry is not None and entry.next_run_at is not None
+    h.advance(entry.next_run_at - h.clock.now)
+    assert len(made) == 1
+    first_missed = entry.next_run_at
+    restarted = Harness()
+    restarted.clock.now = h.clock.now + 3 * 3600 + 60  # down: three runs missed
+    again, made_again = scheduler(restarted, kv, catch_up)
+    assert again.load() == 1
+    restarted.advance(0)  # start-up: what is due now runs
+    return restarted, made_again, first_missed
+
+
+def test_missed_runs_are_skipped_by_default(h: Harness) -> None:
+    restarted, made, _ = down_for_three_runs(h, "skip")
+    assert made == []
+    restarted.advance(3600)
+    assert len(made) == 1  # the schedule goes on
+
+
+def test_catch_up_once_runs_one_missed_run_at_start(h: Harness) -> None:
+    restarted, made, first_missed = down_for_three_runs(h, "once")
+    assert len(made) == 1  # one run for the three missed
+    assert made[0].ext == {"scheduled_for": first_missed}
+    restarted.advance(1)
+    assert len(made) == 1
+    restarted.engine.cancel(made[0])
+    restarted.advance(3600)
+    assert len(made) == 2  # then the schedule goes on
+
+
+def test_catch_up_policy_is_checked() -> None:
+    with pytest.raises(ValueError):
+        CronScheduler(Harness().engine, lambda entry, when: None, catch_up="all")  # type: ignore[arg-type,return-value]

@@ -17,15 +17,15 @@ from jobwire.engine import (
     Engine,
     IllegalTransition,
     Job,
-    JobEvent,
     JobNotHeld,
     JobState,
+    Output,
     QueueFull,
     WorkerSession,
     WorkerState,
 )
-from jobwire.store.base import MemoryStore, StoredJob
-from tests.engine.fakes import START, Harness, RecordingSubscriber
+from jobwire.ports import StoredJob
+from tests.engine.fakes import START, Harness, RecordingSubscriber, Told
 
 
 def drain(h: Harness, worker: WorkerSession) -> list[bytes]:
@@ -149,7 +149,7 @@ def test_complete_finishes_and_forgets(h: Harness) -> None:
     assert job.worker is None
     assert w.session.jobs == {}
     assert job.id not in h.engine.jobs
-    assert client.events == [(job.id, JobEvent.COMPLETE, b"result")]
+    assert client.events == [(job.id, Told.COMPLETE, b"result")]
     assert job.subscribers is None
     fn = h.engine.functions["f"]
     assert (fn.running, fn.total) == (0, 0)
@@ -181,7 +181,7 @@ def test_held_job(h: Harness) -> None:
         h.engine.held_job(w.session, "H:test:999")
 
 
-@pytest.mark.parametrize("method", ["complete", "fail", "exception"])
+@pytest.mark.parametrize("method", ["complete", "fail", "fail_with_detail"])
 def test_results_for_a_job_that_is_not_active_are_illegal(h: Harness, method: str) -> None:
     job, _ = h.engine.submit("f", b"")
     with pytest.raises(IllegalTransition):
@@ -190,7 +190,7 @@ def test_results_for_a_job_that_is_not_active_are_illegal(h: Harness, method: st
         elif method == "fail":
             h.engine.fail(job)
         else:
-            h.engine.exception(job, b"")
+            h.engine.fail(job, b"", detail=b"")
     assert job.state is JobState.AVAILABLE
 
 
@@ -312,19 +312,19 @@ def test_coalesced_foreground_clients_all_get_every_event(h: Harness) -> None:
     assert same is job
     assert job.subscribers == [c1, c2]
     assert h.engine.grab(w.session) is job
-    h.engine.forward(job, JobEvent.DATA, b"d\0ata")
-    h.engine.forward(job, JobEvent.WARNING, b"w")
-    h.engine.progress(job, b"1", b"2")
+    h.engine.output(job, Output.DATA, b"d\0ata")
+    h.engine.output(job, Output.WARNING, b"w")
+    h.engine.progress(job, 1, 2)
     h.engine.complete(job, b"done")
     expected = [
-        (job.id, JobEvent.DATA, b"d\0ata"),
-        (job.id, JobEvent.WARNING, b"w"),
-        (job.id, JobEvent.STATUS, b"1\x002"),
-        (job.id, JobEvent.COMPLETE, b"done"),
+        (job.id, Told.DATA, b"d\0ata"),
+        (job.id, Told.WARNING, b"w"),
+        (job.id, Told.STATUS, b"1/2"),
+        (job.id, Told.COMPLETE, b"done"),
     ]
     assert c1.events == expected
     assert c2.events == expected
-    assert job.progress == (b"1", b"2")
+    assert job.progress == (1, 2)
 
 
 def test_same_subscriber_is_not_added_twice(h: Harness) -> None:
@@ -369,7 +369,7 @@ def test_fail_tells_subscribers(h: Harness) -> None:
     h.engine.fail(job, "WORK_FAIL")
     assert job.state is JobState.DISCARDED
     assert job.error == "WORK_FAIL"
-    assert client.events == [(job.id, JobEvent.FAIL, b"")]
+    assert client.events == [(job.id, Told.FAIL, b"")]
     assert worker.jobs == {}
     assert job.id not in h.engine.jobs
 
@@ -377,10 +377,10 @@ def test_fail_tells_subscribers(h: Harness) -> None:
 def test_exception_tells_subscribers_with_the_data(h: Harness) -> None:
     client = RecordingSubscriber()
     job, _ = active_job(h, client)
-    h.engine.exception(job, b"Traceback\0")
+    h.engine.fail(job, b"Traceback\0", detail=b"Traceback\0")
     assert job.state is JobState.DISCARDED
     assert job.error == b"Traceback\0"
-    assert client.events == [(job.id, JobEvent.EXCEPTION, b"Traceback\0")]
+    assert client.events == [(job.id, Told.EXCEPTION, b"Traceback\0")]
     assert h.engine.functions["f"].running == 0
 
 
@@ -388,9 +388,9 @@ def test_updates_without_subscribers_are_harmless(h: Harness) -> None:
     w = h.worker("f")
     job, _ = h.engine.submit("f", b"")
     assert h.engine.grab(w.session) is job
-    h.engine.forward(job, JobEvent.DATA, b"d")
-    h.engine.progress(job, b"3", b"4")
-    assert job.progress == (b"3", b"4")
+    h.engine.output(job, Output.DATA, b"d")
+    h.engine.progress(job, 3, 4)
+    assert job.progress == (3, 4)
     h.engine.complete(job, b"")
 
 
@@ -401,26 +401,26 @@ def test_subscriber_that_leaves_stops_getting_events(h: Harness) -> None:
     h.engine.unsubscribe(job, c1)
     h.engine.complete(job, b"r")
     assert c1.events == []
-    assert c2.events == [(job.id, JobEvent.COMPLETE, b"r")]
+    assert c2.events == [(job.id, Told.COMPLETE, b"r")]
 
 
 def test_every_subscriber_hears_of_an_event_even_if_one_leaves_while_told(h: Harness) -> None:
     class Leaving(RecordingSubscriber):
-        def job_event(self, job: Job, event: JobEvent, data: bytes) -> None:
-            super().job_event(job, event, data)
+        def job_output(self, job: Job, kind: Output, data: bytes) -> None:
+            super().job_output(job, kind, data)
             h.engine.unsubscribe(job, self)  # as a client that disconnects meanwhile
 
     first, second = Leaving("first"), RecordingSubscriber("second")
     job, _ = active_job(h, first)
     h.engine.subscribe(job, second)
-    h.engine.forward(job, JobEvent.DATA, b"d")
-    assert first.events == second.events == [(job.id, JobEvent.DATA, b"d")]
+    h.engine.output(job, Output.DATA, b"d")
+    assert first.events == second.events == [(job.id, Told.DATA, b"d")]
     assert job.subscribers == [second]
     # A lone subscriber that leaves while it is told hears of it once too.
     lone = Leaving("lone")
     other, _ = active_job(h, lone)
-    h.engine.forward(other, JobEvent.DATA, b"e")
-    assert lone.events == [(other.id, JobEvent.DATA, b"e")]
+    h.engine.output(other, Output.DATA, b"e")
+    assert lone.events == [(other.id, Told.DATA, b"e")]
 
 
 def test_unsubscribe_of_a_stranger_is_ignored(h: Harness) -> None:
@@ -524,7 +524,7 @@ def test_cancel_available_job(h: Harness) -> None:
     h.engine.submit("f", b"stays")
     h.engine.cancel(job)
     assert job.state is JobState.CANCELLED
-    assert client.events == [(job.id, JobEvent.FAIL, b"")]
+    assert client.events == [(job.id, Told.FAIL, b"")]
     assert job.id not in h.engine.jobs
     fn = h.engine.functions["f"]
     assert (fn.available, fn.total) == (1, 1)
@@ -546,10 +546,9 @@ def test_cancel_scheduled_job(h: Harness) -> None:
 
 def test_cancel_retryable_job(h: Harness) -> None:
     w = h.worker("f")
-    h.engine.backoff = lambda job: 5.0
     job, _ = h.engine.submit("f", b"")
     assert h.engine.grab(w.session) is job
-    h.engine.fail(job, "boom", retry=True)
+    h.engine.fail(job, "boom", retry=True, retry_after=5.0)
     assert job.state is JobState.RETRYABLE
     h.engine.cancel(job)
     assert job.state is JobState.CANCELLED
@@ -576,7 +575,7 @@ def test_cancel_active_job_revokes_it(h: Harness) -> None:
     assert w.handler.revoked == [(job, "cancelled")]
     assert w.session.jobs == {}
     assert h.engine.functions["f"].running == 0
-    assert client.events == [(job.id, JobEvent.FAIL, b"")]
+    assert client.events == [(job.id, Told.FAIL, b"")]
     with pytest.raises(IllegalTransition):
         h.engine.complete(job, b"late")
 
@@ -917,27 +916,24 @@ def test_new_handles_do_not_collide_with_restored_ones(h: Harness) -> None:
     assert len(h.engine.jobs) == 4
 
 
-def test_restore_from_a_store(h: Harness) -> None:
-    class Rows(MemoryStore):
-        def load(self) -> list[StoredJob]:
-            return [
-                StoredJob(
-                    id="H:test:4",
-                    function="f",
-                    queue="q",
-                    unique="u",
-                    payload=b"p",
-                    priority=PRIORITY_HIGH,
-                    state=int(JobState.ACTIVE),
-                    attempts=2,
-                    max_attempts=5,
-                    run_at=None,
-                    created_at=START - 100,
-                    reducer="sum",
-                )
-            ]
-
-    assert h.engine.restore_from(Rows()) == 1
+def test_replay_of_stored_rows(h: Harness) -> None:
+    rows = [
+        StoredJob(
+            id="H:test:4",
+            function="f",
+            queue="q",
+            unique="u",
+            payload=b"p",
+            priority=PRIORITY_HIGH,
+            state=int(JobState.ACTIVE),
+            attempts=2,
+            max_attempts=5,
+            run_at=None,
+            created_at=START - 100,
+            reducer="sum",
+        )
+    ]
+    assert h.engine.replay(rows) == 1
     job = h.engine.jobs["H:test:4"]
     assert (job.queue, job.unique, job.payload, job.priority) == ("q", "u", b"p", PRIORITY_HIGH)
     assert (job.attempts, job.max_attempts, job.reducer) == (2, 5, "sum")

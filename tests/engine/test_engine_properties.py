@@ -41,6 +41,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.h = Harness()
         self.workers: list[FakeWorker] = []
         self.clients: list[tuple[Job, RecordingSubscriber]] = []
+        self.retry_after = 0.0  # what a protocol's retry policy asks on a retry
 
     @initialize(wakeup=st.sampled_from([0, 1, 2]), retries=st.sampled_from([None, 2, 3]))
     def configure(self, wakeup: int, retries: int | None) -> None:
@@ -150,9 +151,9 @@ class EngineMachine(RuleBasedStateMachine):
         elif outcome == "fail":
             engine.fail(job)
         elif outcome == "retry":
-            engine.fail(job, "again", retry=True)
+            engine.fail(job, "again", retry=True, retry_after=self.retry_after)
         else:
-            engine.exception(job, b"boom")
+            engine.fail(job, b"boom", detail=b"boom")
 
     @precondition(lambda self: self.h.engine.jobs)
     @rule(data=st.data())
@@ -179,8 +180,8 @@ class EngineMachine(RuleBasedStateMachine):
         self.h.advance(seconds)
 
     @rule(delay=st.sampled_from([0.0, 2.0]))
-    def set_backoff(self, delay: float) -> None:
-        self.h.engine.backoff = lambda job: delay
+    def set_retry_after(self, delay: float) -> None:
+        self.retry_after = delay
 
     # ------------------------------------------------------------------ invariants
 

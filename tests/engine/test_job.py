@@ -66,7 +66,7 @@ def test_a_compiled_job_is_not_tracked_by_the_cyclic_gc() -> None:
 ENDINGS: dict[str, Callable[[Engine, Job], None]] = {
     "complete": lambda engine, job: engine.complete(job, b"ok"),
     "fail": lambda engine, job: engine.fail(job),
-    "exception": lambda engine, job: engine.exception(job, b"boom"),
+    "exception": lambda engine, job: engine.fail(job, b"boom", detail=b"boom"),
     "cancel": lambda engine, job: engine.cancel(job),
 }
 

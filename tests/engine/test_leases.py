@@ -11,10 +11,9 @@ from jobwire.engine import (
     Dispatch,
     IllegalTransition,
     Job,
-    JobEvent,
     JobState,
 )
-from tests.engine.fakes import START, Harness, RecordingSubscriber
+from tests.engine.fakes import START, Harness, RecordingSubscriber, Told
 
 # ---------------------------------------------------------------------- lease expiry
 
@@ -143,7 +142,7 @@ def test_job_retries_exhausted_by_lease_expiry_discards() -> None:
     assert h.engine.grab(w.session) is job
     h.advance(1)
     assert job.state is JobState.DISCARDED
-    assert client.events == [(job.id, JobEvent.FAIL, b"")]
+    assert client.events == [(job.id, Told.FAIL, b"")]
     assert job.id not in h.engine.jobs
     assert h.engine.functions["f"].total == 0
     assert [reason for _, reason in w.handler.revoked] == ["lease expired", "lease expired"]
@@ -249,7 +248,7 @@ def test_lost_worker_with_retries_exhausted_fails_the_job() -> None:
     h.engine.remove_worker(w.session)
     assert job.state is JobState.DISCARDED
     assert job.error == "worker lost"
-    assert client.events == [(job.id, JobEvent.FAIL, b"")]
+    assert client.events == [(job.id, Told.FAIL, b"")]
     assert h.engine.functions["f"].total == 0
 
 
@@ -308,19 +307,18 @@ def test_fail_with_retry_and_no_backoff_requeues_at_once(h: Harness) -> None:
     assert h.engine.grab(w.session) is job
 
 
-def test_retry_backoff_schedules_the_next_attempt(h: Harness) -> None:
+def test_retry_after_schedules_the_next_attempt(h: Harness) -> None:
     delays: list[int] = []
 
-    def backoff(job: Job) -> float:
+    def backoff(job: Job) -> float:  # a protocol's retry policy, as OJS's
         delays.append(job.attempts)
         return 2.0**job.attempts
 
-    h.engine.backoff = backoff
     client = RecordingSubscriber()
     w = h.worker("f")
     job, _ = h.engine.submit("f", b"", max_attempts=3, background=False, subscriber=client)
     assert h.engine.grab(w.session) is job
-    h.engine.fail(job, retry=True)
+    h.engine.fail(job, retry=True, retry_after=backoff(job))
     assert job.state is JobState.RETRYABLE
     assert job.error == "failed"
     assert job.run_at == START + 2
@@ -334,38 +332,36 @@ def test_retry_backoff_schedules_the_next_attempt(h: Harness) -> None:
     assert job.run_at is None
     assert fn.scheduled == 0
     assert h.engine.grab(w.session) is job
-    h.engine.fail(job, "again", retry=True)
+    h.engine.fail(job, "again", retry=True, retry_after=backoff(job))
     assert job.run_at == h.clock.now + 4
     h.advance(4)
     assert h.engine.grab(w.session) is job
     assert job.attempts == 3
-    h.engine.fail(job, "last", retry=True)  # attempts exhausted
+    h.engine.fail(job, "last", retry=True, retry_after=backoff(job))  # attempts exhausted
     assert job.state is JobState.DISCARDED
-    assert delays == [1, 2]
-    assert client.events == [(job.id, JobEvent.FAIL, b"")]
+    assert delays == [1, 2, 3]
+    assert client.events == [(job.id, Told.FAIL, b"")]
 
 
 def test_retry_due_wakes_a_sleeper(h: Harness) -> None:
-    h.engine.backoff = lambda job: 10.0
     w = h.worker("f")
     job, _ = h.engine.submit("f", b"")
     assert h.engine.grab(w.session) is job
-    h.engine.fail(job, retry=True)
+    h.engine.fail(job, retry=True, retry_after=10.0)
     assert h.engine.sleep(w.session) is False
     h.advance(10)
     assert w.handler.wakes == 1
 
 
-def test_lease_expiry_uses_the_backoff_too(h: Harness) -> None:
-    h.engine.backoff = lambda job: 3.0
+def test_lease_expiry_requeues_at_once_at_the_front(h: Harness) -> None:
     w = h.worker("f", timeout=1)
     job, _ = h.engine.submit("f", b"")
+    h.engine.submit("f", b"")  # queued after `job`
     assert h.engine.grab(w.session) is job
     h.advance(1)
-    assert job.state is JobState.RETRYABLE
-    assert job.run_at == START + 4
-    h.advance(3)
     assert job.state is JobState.AVAILABLE
+    assert job.run_at is None
+    assert h.engine.grab(w.session) is job  # it keeps its place ahead of `later`
 
 
 # ---------------------------------------------------------------------- scheduled jobs

@@ -96,6 +96,7 @@ class RawWorker:
         self.url = f"http://127.0.0.1:{server.http_port}/work"
         self.ws: aiohttp.ClientWebSocketResponse | None = None
         self.seq = 0
+        self.acks: list[int] = []  # the seq of every `ack` received (`recv`)
 
     async def __aenter__(self) -> Self:
         self.ws = await self.session.ws_connect(self.url, autoclose=False, max_msg_size=0)
@@ -123,11 +124,16 @@ class RawWorker:
         return self.seq
 
     async def recv(self) -> dict[str, Any]:
-        msg = await self.socket.receive(timeout=DEADLINE)
-        if msg.type is not aiohttp.WSMsgType.TEXT:
-            raise AssertionError(f"expected a text frame, got {msg.type!r} {msg.data!r}")
-        body: dict[str, Any] = orjson.loads(msg.data)
-        return body
+        """The next message other than an `ack`: acks (results made durable) go out when
+        their commit is done, between the other messages; they are kept in `acks`."""
+        while True:
+            msg = await self.socket.receive(timeout=DEADLINE)
+            if msg.type is not aiohttp.WSMsgType.TEXT:
+                raise AssertionError(f"expected a text frame, got {msg.type!r} {msg.data!r}")
+            body: dict[str, Any] = orjson.loads(msg.data)
+            if body.get("type") != "ack":
+                return body
+            self.acks.append(body["seq"])
 
     async def expect(self, kind: str) -> dict[str, Any]:
         body = await self.recv()

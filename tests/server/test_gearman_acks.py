@@ -29,6 +29,9 @@ class FakeStore:
         self.idle = False  # `commit_if_idle` ends the batch
         self.finished = 0  # batches committed at the next poll, oldest first
         self.polls = 0
+        self.created: list[list[Job]] = []  # the new jobs of each batch, as `waiting`
+        self.retract: Callable[[list[Job]], None] | None = None
+        self.rows = 0
 
     def load(self) -> list[Any]:
         return []
@@ -36,6 +39,16 @@ class FakeStore:
     def job_saved(self, job: Job) -> None:
         self._write()
         self.saved.append(job.id)
+        if not job.row:  # first saved: new in this batch
+            self.rows += 1
+            job.row = self.rows
+            self.created[-1].append(job)
+
+    def numbers_reserved(self, ceiling: int) -> None:
+        pass
+
+    def on_failure(self, retract: Callable[[list[Job]], None]) -> None:
+        self.retract = retract
 
     def job_removed(self, job: Job) -> None:
         self._write()
@@ -46,6 +59,7 @@ class FakeStore:
         if not self.open_batch:
             self.open_batch = True
             self.waiting.append([])
+            self.created.append([])
 
     def end_turn(self) -> None:
         self.open_batch = False
@@ -57,6 +71,11 @@ class FakeStore:
         self.waiting[-1].append(callback)
 
     def commit(self, ok: bool = True) -> None:
+        """Report the oldest batch: as a real store, a failed one's new jobs are retracted
+        before anyone waiting on it hears of it."""
+        created = self.created.pop(0)
+        if not ok and created and self.retract is not None:
+            self.retract(created)
         for callback in self.waiting.pop(0):
             callback(ok)
 
@@ -111,8 +130,9 @@ async def connect(
     job_retries: int | None = None,
 ) -> tuple[FakeStore, Engine, GearmanConnection, FakeTransport]:
     store = FakeStore()
-    engine = Engine(EngineConfig(handle_prefix="H", job_retries=job_retries), store=store)
-    server = GearmanServer(Runtime(engine, asyncio.get_running_loop()), GearmanOptions())
+    engine = Engine(EngineConfig(handle_prefix="H", job_retries=job_retries), journal=store)
+    runtime = Runtime(engine, asyncio.get_running_loop(), store=store)
+    server = GearmanServer(runtime, GearmanOptions())
     conn = server.protocol_factory()
     transport = FakeTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]

@@ -8,8 +8,8 @@ import pytest
 
 from jobwire.engine.engine import Engine
 from jobwire.engine.job import Job
+from jobwire.ports import Journal, StoreJournal, journal_of
 from jobwire.store.base import MemoryStore
-from jobwire.store.journal import Journal, StoreJournal, journal_of
 from jobwire.store.sqlite import SQLiteStore
 
 
@@ -39,7 +39,7 @@ def test_a_store_compiled_with_the_engine_is_its_own_journal(tmp_path: Path) -> 
 def test_any_other_store_hears_of_each_job_through_a_wrapper() -> None:
     store = RecordingStore()
     assert isinstance(journal_of(store), StoreJournal)
-    engine = Engine(store=store)
+    engine = Engine(journal=store)
     job, _ = engine.enqueue("resize", b"x")
     engine.cancel(job)
     assert store.events == [("saved", job.id), ("removed", job.id)]

@@ -19,9 +19,9 @@ from typing import TypeVar
 import pytest
 
 from jobwire.engine import Engine, EngineConfig, Job, JobState, WorkerSession
+from jobwire.ports import StoredJob
 from jobwire.store import redolog
 from jobwire.store import sqlite as sqlite_store
-from jobwire.store.base import StoredJob
 from jobwire.store.sqlite import EARLY_BATCH_WRITES, SCHEMA_VERSION, SQLiteStore, StoreError
 
 T = TypeVar("T")
@@ -563,7 +563,7 @@ def test_engine_replay_counts_active_attempts_and_keeps_handles_unique(tmp_path:
     path = tmp_path / "jobs.db"
     config = EngineConfig(handle_prefix="H:test")
     store = SQLiteStore(path)
-    engine = Engine(config, store=store)
+    engine = Engine(config, journal=store)
 
     async def main() -> None:
         for number in range(4):
@@ -583,8 +583,8 @@ def test_engine_replay_counts_active_attempts_and_keeps_handles_unique(tmp_path:
     store.close()  # as if killed: the active job's lease is what the file says
 
     store = SQLiteStore(path)
-    engine = Engine(config, store=store)
-    assert engine.restore_from(store) == 4
+    engine = Engine(config, journal=store)
+    assert engine.replay(store.load()) == 4
     jobs = list(engine.jobs.values())
     assert [job.payload for job in jobs] == [b"1", b"2", b"3", b"later"]  # b"0" completed
     assert [job.attempts for job in jobs] == [1, 0, 0, 0]

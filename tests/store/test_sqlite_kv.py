@@ -6,8 +6,8 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
+from jobwire.ports import key_value_store
 from jobwire.store.base import MemoryStore
-from jobwire.store.kv import key_value_store
 from jobwire.store.sqlite import SQLiteStore
 from tests.store.test_sqlite import committed, make_job
 

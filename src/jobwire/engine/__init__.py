@@ -14,8 +14,8 @@ from jobwire.engine.job import (
     PRIORITY_LOW,
     PRIORITY_NORMAL,
     Job,
-    JobEvent,
     JobState,
+    Output,
     Subscriber,
 )
 from jobwire.engine.lanes import FunctionInfo, Lane
@@ -32,10 +32,10 @@ __all__ = [
     "FunctionInfo",
     "IllegalTransition",
     "Job",
-    "JobEvent",
     "JobNotHeld",
     "JobState",
     "Lane",
+    "Output",
     "QueueFull",
     "QueueInfo",
     "StoreUnavailable",

@@ -5,7 +5,11 @@ heap, and on each firing applies the overlap policy and asks its `trigger` (supp
 protocol that registered it; OJS turns the stored job template into a job) to create the job.
 The template is opaque here. Registrations are written to the store's key-value API when it
 has one, so they survive a restart; after a restart each schedule continues from its next
-time after now (missed runs are not caught up).
+time after now.
+
+Missed runs (the server was down when an entry should have fired) follow the catch-up policy:
+`skip` (default) does not run them; `once` runs the entry once at start-up, as of the first
+time it missed, however many it missed, then goes on with its schedule.
 
 Overlap policies (when the previous run's job has not finished):
 `skip` (default) does not create a job; `allow` and `enqueue` create one anyway;
@@ -25,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from jobwire.engine.cronexpr import CronError, CronExpression, parse, zone
 from jobwire.engine.errors import IllegalTransition
 from jobwire.engine.job import Job
-from jobwire.store.kv import KeyValueStore
+from jobwire.ports import KeyValueStore
 
 if TYPE_CHECKING:
     from jobwire.engine.engine import Engine
@@ -35,6 +39,7 @@ log = logging.getLogger("jobwire.cron")
 
 NAMESPACE = "cron"
 OVERLAP_POLICIES = ("skip", "allow", "cancel_previous", "enqueue")
+CATCH_UP_POLICIES = ("skip", "once")
 
 #: Creates the job for one firing: (entry, scheduled time) -> the job.
 Trigger = Callable[["CronEntry", float], Job]
@@ -131,11 +136,15 @@ class CronScheduler:
         *,
         kv: KeyValueStore | None = None,
         events: EventLog | None = None,
+        catch_up: str = "skip",
     ) -> None:
+        if catch_up not in CATCH_UP_POLICIES:
+            raise ValueError(f"catch_up must be one of {', '.join(CATCH_UP_POLICIES)}")
         self.engine = engine
         self.trigger = trigger
         self.kv = kv
         self.events = events
+        self.catch_up = catch_up
         self._entries: dict[str, CronEntry] = {}
 
     def __len__(self) -> int:
@@ -152,8 +161,34 @@ class CronScheduler:
                 log.error("cron registration %r cannot be restored: %s", key, exc)
                 continue
             self._entries[entry.name] = entry
+            if self.catch_up == "once" and self.missed(entry) is not None:
+                self.engine.timers.add(self.engine.clock(), self._catch_up, entry)
             self._arm(entry)
         return len(self._entries)
+
+    def missed(self, entry: CronEntry) -> float | None:
+        """The first time `entry` should have fired since its last run (or registration)
+        that is already past, or None."""
+        if not entry.enabled:
+            return None
+        anchor = entry.last_run_at if entry.last_run_at is not None else entry.created_at
+        if not anchor:
+            return None
+        first = entry.expression.next_after(anchor, zone(entry.timezone), anchor)
+        return first if first <= self.engine.clock() else None
+
+    def _catch_up(self, entry: CronEntry, _now: float) -> None:
+        """`once`: the run the server missed while it was down, at start-up."""
+        if self._entries.get(entry.name) is not entry:
+            return
+        missed = self.missed(entry)
+        if missed is None:
+            return
+        try:
+            self._run(entry, missed)
+        except Exception:
+            log.exception("cron %r could not create its catch-up job", entry.name)
+        self._save(entry)
 
     def register(self, entry: CronEntry) -> tuple[CronEntry, bool]:
         """Add or replace (upsert) the registration named `entry.name`; True if new."""

@@ -1,9 +1,11 @@
 """The engine: the one owner of jobs, queues, workers, leases and timers.
 
 It knows nothing of bytes or sockets. Adapters call one method per request; the engine
-changes state, logs durable changes to the store and tells the affected parties through
-their callbacks (`Subscriber.job_event`, `WorkerHandler.wake/assign/revoke`). Everything
-runs on the event loop thread, so there are no locks.
+changes state, tells its journal (the store's engine-facing port, `jobwire.ports`) of every
+durable change, and tells the affected parties through their callbacks
+(`Subscriber.job_progress/job_output/job_finished`, `WorkerHandler.wake/assign/revoke`).
+Everything runs on the event loop thread, so there are no locks. It imports nothing from
+`jobwire.store` or `jobwire.server`, and none of its names is a protocol's.
 """
 
 from __future__ import annotations
@@ -25,23 +27,23 @@ from jobwire.engine.job import (
     PRIORITY_LOW,
     PRIORITY_NORMAL,
     Job,
-    JobEvent,
     JobState,
+    Output,
     Subscriber,
 )
 from jobwire.engine.jobindex import JobIndex
 from jobwire.engine.lanes import FunctionInfo, Lane
 from jobwire.engine.timers import TimerHeap
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
-from jobwire.store.base import MemoryStore, Store, StoredJob, decode_ext
-from jobwire.store.journal import Journal, journal_of
+from jobwire.ports import Store, StoredJob, decode_ext
+from jobwire.ports.journal import Journal, journal_of
 
 _AVAILABLE: Final = JobState.AVAILABLE
 _ACTIVE: Final = JobState.ACTIVE
 _WAITING_STATES: Final = (JobState.SCHEDULED, JobState.RETRYABLE)
 # Enum member lookups cost ~0.1 us each in Python 3.11: the per-job paths use these.
 _COMPLETED: Final = JobState.COMPLETED
-_EV_COMPLETE: Final = JobEvent.COMPLETE
+_DISCARDED: Final = JobState.DISCARDED
 _RUNNING: Final = WorkerState.RUNNING
 _PUSH: Final = Dispatch.PUSH
 
@@ -61,7 +63,8 @@ class EngineConfig:
     #: Seconds after a wake-up before more sleepers are woken if the work still waits (a
     #: woken worker may be busy elsewhere, or its link dead); 0 disables the fallback.
     wakeup_fallback: float = 0.5
-    #: Job ids are PREFIX:N, as gearmand's handles H:<host>:N.
+    #: Ids the engine gives are PREFIX:N (`jobwire.engine.jobindex`), as gearmand's handles
+    #: H:<host>:N are; PREFIX defaults to H:<host>.
     handle_prefix: str = ""
     #: Seconds a finished job stays visible to status queries; 0 forgets it at once.
     retain_finished: float = 0.0
@@ -114,6 +117,12 @@ def _background_copy(source: Job | StoredJob) -> Job:
     return job
 
 
+def _each(subscribers: list[Subscriber]) -> list[Subscriber]:
+    """The subscribers to tell: the list itself when it holds one (the common case), else a
+    copy, because a subscriber may unsubscribe itself or another while it is told."""
+    return subscribers if len(subscribers) == 1 else list(subscribers)
+
+
 def _better(job: Job, best: Job | None) -> bool:
     """Higher priority first, then the older job."""
     return (
@@ -138,6 +147,8 @@ def _best_of(lanes: list[Lane]) -> Lane | None:
     return best_lane
 
 
+#: Job numbers reserved at a time (`Engine._reserve_numbers`): one journal write per block.
+NUMBER_BLOCK: Final = 100_000
 #: "000" to "999": the last three digits of a job id (`Engine.next_handle`).
 _LAST_DIGITS: Final = [f"{low:03d}" for low in range(1000)]
 
@@ -148,14 +159,15 @@ class Engine:
         config: EngineConfig | None = None,
         *,
         clock: Callable[[], float] = time.time,
-        store: Store | None = None,
+        journal: Journal | Store | None = None,
     ) -> None:
+        """`journal`: the store's engine-facing port, told of every change of a background
+        job; None, or a store that is not durable (the memory store), keeps nothing."""
         self.config = config or EngineConfig()
         self.clock = clock
-        self.store: Store = store or MemoryStore()
-        self._durable = self.store.durable
+        self._durable = journal is not None and journal.durable
         # A durable store is told of every job: natively, where it is compiled with us.
-        self._journal: Journal = journal_of(self.store)
+        self._journal: Journal = journal_of(journal) if journal is not None else Journal()
         self._handle_prefix = self.config.handle_prefix + ":"
         self.jobs = JobIndex(self._handle_prefix)
         self.uniques: dict[UniqueKey, Job] = {}
@@ -174,9 +186,10 @@ class Engine:
         # digits.
         self._handle_block: i64 = 0
         self._handle_head = ""
+        # Numbers up to this one may have been given out before a restart: the journal
+        # keeps it, raised a block at a time (`_reserve_numbers`), so no id is ever reused.
+        self._numbers_reserved = 0
         self._finished: deque[tuple[float, Job]] = deque()
-        #: Seconds to wait before a failed job is retried; protocols with retry policies set it.
-        self.backoff: Callable[[Job], float] = lambda job: 0.0
         #: Recorded first after each job transition; a direct call, as it runs for every job.
         self.event_log: EventLog | None = None
         #: Anything else to call after each job transition.
@@ -195,6 +208,8 @@ class Engine:
         """
         number: i64 = self._last_handle + 1
         self._last_handle = number
+        if number > self._numbers_reserved:
+            self._reserve_numbers(number)
         if number < 1000:
             return f"{self._handle_prefix}{number}"
         block = number // 1000
@@ -202,6 +217,14 @@ class Engine:
             self._handle_block = block
             self._handle_head = f"{self._handle_prefix}{block}"
         return self._handle_head + _LAST_DIGITS[number % 1000]
+
+    def _reserve_numbers(self, number: int) -> None:
+        """Numbers up to a block past `number` may be given out: a durable journal keeps the
+        ceiling, and a replay starts above it (`replay`), so ids are never reused even when
+        every job numbered before a restart has finished."""
+        self._numbers_reserved = number + NUMBER_BLOCK
+        if self._durable:
+            self._journal.numbers_reserved(self._numbers_reserved)
 
     def function(self, name: str) -> FunctionInfo:
         """The function's record, created on first mention (as gearmand's are)."""
@@ -714,15 +737,15 @@ class Engine:
             raise JobNotHeld("Job given in work result not found")
         return job
 
-    def _requeue(self, job: Job, reason: str) -> None:
-        """An active job lost its worker: run it again, or fail it when attempts are spent."""
+    def _requeue(self, job: Job, reason: object, delay: float = 0.0) -> None:
+        """An active job lost its worker or failed for now: run it again (after `delay`
+        seconds), or discard it when its attempts are spent."""
         self._release(job)
         job.error = reason
         if job.max_attempts is not None and job.attempts >= job.max_attempts:
-            self._finish(job, JobState.DISCARDED, JobEvent.FAIL, b"")
+            self._finish(job, _DISCARDED, None, None)
             return
         fn = self.functions[job.function]
-        delay = self.backoff(job)
         if delay > 0:
             self._schedule(job, fn, self.clock() + delay, JobState.RETRYABLE)
         else:
@@ -735,41 +758,52 @@ class Engine:
 
     # ------------------------------------------------------------------ work updates
 
-    def progress(self, job: Job, numerator: bytes, denominator: bytes) -> None:
-        job.progress = (numerator, denominator)
-        if job.subscribers:
-            self._tell(job, JobEvent.STATUS, numerator + b"\0" + denominator)
+    def progress(self, job: Job, done: int, total: int) -> None:
+        """The worker has done `done` of `total` steps."""
+        job.progress = (done, total)
+        subscribers = job.subscribers
+        if subscribers:
+            for subscriber in _each(subscribers):
+                subscriber.job_progress(job, done, total)
 
-    def forward(self, job: Job, event: JobEvent, data: bytes) -> None:
-        """Pass WORK_DATA / WORK_WARNING to the job's waiting clients."""
-        if job.subscribers:
-            self._tell(job, event, data)
+    def output(self, job: Job, kind: Output, data: bytes) -> None:
+        """The worker streams output (a partial result, a warning) to the waiting clients."""
+        subscribers = job.subscribers
+        if subscribers:
+            for subscriber in _each(subscribers):
+                subscriber.job_output(job, kind, data)
 
     def complete(self, job: Job, result: bytes) -> None:
         if job.state is not _ACTIVE:
             raise IllegalTransition(f"cannot complete a {job.state.name.lower()} job")
         self._release(job)
         job.result = result
-        self._finish(job, _COMPLETED, _EV_COMPLETE, result)
+        self._finish(job, _COMPLETED, result, None)
 
-    def fail(self, job: Job, error: object = None, *, retry: bool = False) -> None:
-        """The worker gave up on the job: retry it per its policy, or discard it."""
+    def fail(
+        self,
+        job: Job,
+        error: object = None,
+        *,
+        detail: bytes | None = None,
+        retry: bool = False,
+        retry_after: float = 0.0,
+    ) -> None:
+        """The worker gave up on the job.
+
+        `error` is recorded on the job (any JSON value); `detail` is what the worker said
+        for the waiting clients (Gearman WORK_EXCEPTION data), None if nothing. With `retry`
+        the job runs again after `retry_after` seconds while it has attempts left (the
+        caller's retry policy decides the delay); otherwise it is discarded.
+        """
         if job.state is not _ACTIVE:
             raise IllegalTransition(f"cannot fail a {job.state.name.lower()} job")
         if retry:
-            self._requeue(job, str(error) if error is not None else "failed")
+            self._requeue(job, error if error is not None else "failed", retry_after)
             return
         self._release(job)
         job.error = error
-        self._finish(job, JobState.DISCARDED, JobEvent.FAIL, b"")
-
-    def exception(self, job: Job, data: bytes) -> None:
-        """Gearman WORK_EXCEPTION: the job ends; clients learn why (or just that it failed)."""
-        if job.state is not _ACTIVE:
-            raise IllegalTransition(f"cannot fail a {job.state.name.lower()} job")
-        self._release(job)
-        job.error = data
-        self._finish(job, JobState.DISCARDED, JobEvent.EXCEPTION, data)
+        self._finish(job, _DISCARDED, None, detail)
 
     def cancel(self, job: Job) -> None:
         """Cancel a job that has not finished; its clients are told it failed."""
@@ -786,18 +820,20 @@ class Engine:
             self._release(job)
             if worker is not None:
                 worker.handler.revoke(job, "cancelled")
-        self._finish(job, JobState.CANCELLED, JobEvent.FAIL, b"")
+        self._finish(job, JobState.CANCELLED, None, None)
 
-    def _finish(self, job: Job, state: JobState, event: JobEvent, data: bytes) -> None:
+    def _finish(self, job: Job, state: JobState, result: bytes | None, error: bytes | None) -> None:
         job.state = state
         job.finished_at = now = self.clock()
         if job.unique:
             key = self.unique_key(job.function, job.unique, job.payload)
             if key is not None and self.uniques.get(key) is job:
                 del self.uniques[key]
-        if job.subscribers:
-            self._tell(job, event, data)
-            job.subscribers = None
+        subscribers = job.subscribers
+        if subscribers:
+            job.subscribers = None  # so that none of them can unsubscribe meanwhile
+            for subscriber in subscribers:
+                subscriber.job_finished(job, state, result, error)
         if self._durable and job.background:
             self._journal.job_removed(job)
         if self.config.retain_finished > 0:
@@ -838,7 +874,7 @@ class Engine:
         elif state in _WAITING_STATES:
             fn.scheduled -= 1
         job.error = reason
-        self._finish(job, JobState.DISCARDED, JobEvent.FAIL, b"")
+        self._finish(job, _DISCARDED, None, None)
 
     def revive(self, job: Job) -> Job:
         """A discarded job goes back to its queue with attempts counted from zero (dead
@@ -909,16 +945,15 @@ class Engine:
         ):
             self.cancel(job)
 
-    @staticmethod
-    def _tell(job: Job, event: JobEvent, data: bytes) -> None:
-        subscribers = job.subscribers
-        assert subscribers is not None
-        if len(subscribers) == 1:  # the common case, without copying the list
-            subscribers[0].job_event(job, event, data)
-            return
-        # A copy: a subscriber may unsubscribe itself or another while it is told.
-        for subscriber in tuple(subscribers):
-            subscriber.job_event(job, event, data)
+    def retract(self, jobs: Iterable[Job]) -> None:
+        """The store could not make these new jobs durable: whoever was told they were
+        accepted hears otherwise from its adapter, so they must neither run nor be seen.
+        A job that has already ended stays as it is."""
+        for job in jobs:
+            if self.jobs.get(job.id) is not job or job.state.terminal:
+                continue
+            self.cancel(job)
+            self.forget(job)
 
     # ------------------------------------------------------------------ admin
 
@@ -954,10 +989,14 @@ class Engine:
         """Fire every due timer; return the next deadline."""
         return self.timers.run_due(self.clock())
 
-    def restore_from(self, store: Store) -> int:
-        """Replay the store's jobs into the queues; jobs that were active count that attempt."""
+    def replay(self, rows: Iterable[StoredJob], numbers_reserved: int = 0) -> int:
+        """Put a store's jobs back into the queues (start-up); jobs that were active count
+        that attempt. `numbers_reserved`: the journal's ceiling of job numbers given out
+        (`_reserve_numbers`), above which new ids start."""
+        self._last_handle = max(self._last_handle, numbers_reserved)
+        self._numbers_reserved = max(self._numbers_reserved, numbers_reserved)
         jobs = []
-        for row in store.load():
+        for row in rows:
             job = _background_copy(row)
             job.attempts = row.attempts
             if row.state == JobState.PENDING:

@@ -4,8 +4,10 @@ The engine records every job transition in its `EventLog` (`Engine.event_log`, c
 directly) and tells its other observers (`Engine.observers`). The log keeps the newest
 `capacity` events in a ring, each with the job's fields as they were when the event happened
 (the job keeps changing afterwards). Adapters read it (OJS `GET /ojs/v1/events`) by type,
-queue and a sequence cursor. Events are not durable: they describe what this process saw, and
-a restart starts a new log.
+queue and a sequence cursor. The log is not written on every event (that would cost the hot
+path a store write per transition): its owner saves a snapshot at shutdown and restores it
+at start (`snapshot`, `restore`), so a clean restart keeps it; a crash loses what came
+after the last snapshot.
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ class EventLog:
     def __len__(self) -> int:
         return self._held
 
+    @property
+    def last_seq(self) -> int:
+        """The sequence number of the newest event (0 before the first)."""
+        return self._last_seq
+
     def observe(self, event: str, job: Job) -> None:
         """Record a job event (`Engine.event_log`; this runs for every job)."""
         if not self.capacity:
@@ -105,6 +112,25 @@ class EventLog:
         self._records[slot] = entry
         self._advance()
         return entry
+
+    def snapshot(self) -> list[Event]:
+        """Every event held, oldest first."""
+        return self.query(limit=self._held)
+
+    def restore(self, events: list[Event]) -> None:
+        """Put back a snapshot's events (start-up, before any other event), keeping their
+        sequence numbers, so readers' cursors stay valid across the restart."""
+        if not self.capacity or not events:
+            return
+        kept = events[-self._size :]
+        self._last_seq = kept[0].seq - 1
+        for entry in kept:
+            slot = self._next
+            self._types[slot] = entry.type
+            self._queues[slot] = entry.queue
+            self._records[slot] = entry
+            self._advance()
+        self._last_seq = max(self._last_seq, events[-1].seq)
 
     def _advance(self) -> None:
         self._last_seq += 1

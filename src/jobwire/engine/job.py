@@ -43,21 +43,31 @@ PRIORITY_NORMAL: Final = 0
 PRIORITY_LOW: Final = -1
 
 
-class JobEvent(IntEnum):
-    """What a subscriber (a waiting foreground client) is told about its job."""
+class Output(IntEnum):
+    """What kind of output a worker streams to a job's waiting clients before it ends."""
 
-    DATA = 1
-    WARNING = 2
-    STATUS = 3
-    COMPLETE = 4
-    FAIL = 5
-    EXCEPTION = 6
+    DATA = 1  # a piece of the result (Gearman WORK_DATA, MDP 0.2 PARTIAL)
+    WARNING = 2  # a warning the client may show (Gearman WORK_WARNING)
 
 
 class Subscriber(Protocol):
-    """A foreground client waiting on a job's progress and result."""
+    """A foreground client waiting on a job: told of its progress, output and end.
 
-    def job_event(self, job: Job, event: JobEvent, data: bytes) -> None: ...
+    Typed events, each adapter encodes them for its own wire.
+    """
+
+    def job_progress(self, job: Job, done: int, total: int) -> None:
+        """The worker reports `done` of `total` steps (non-negative integers)."""
+
+    def job_output(self, job: Job, kind: Output, data: bytes) -> None:
+        """The worker streams output before the job ends."""
+
+    def job_finished(
+        self, job: Job, state: JobState, result: bytes | None, error: bytes | None
+    ) -> None:
+        """The job ended in `state` (COMPLETED, CANCELLED, DISCARDED). `result` is the
+        completed job's; `error` is what the worker said about a failure, for the client
+        (None when it said nothing: a plain failure, a cancel, attempts used up)."""
 
 
 # Compiled, a Job is not tracked by the cyclic garbage collector (interpreted, this does
@@ -128,7 +138,7 @@ class Job:
         self.lease_timeout: float | None = None  # seconds a worker may hold it
         self.worker: WorkerSession | None = None
         self.subscribers: list[Subscriber] | None = None
-        self.progress: tuple[bytes, bytes] | None = None  # numerator, denominator
+        self.progress: tuple[int, int] | None = None  # done, total
         self.result: bytes | None = None
         self.error: Any = None
         self.created_at = created_at

@@ -14,12 +14,13 @@ from pathlib import Path
 from aiohttp import web
 
 from jobwire.engine import Engine, EngineConfig
+from jobwire.ports import Store
 from jobwire.server.gearman import GearmanOptions, GearmanServer
 from jobwire.server.ojs.app import OJSOptions, OJSService
 from jobwire.server.rota import RotaOptions, RotaService
 from jobwire.server.runtime import BUSY_POLL, Runtime
 from jobwire.store import DEFAULT_STORE
-from jobwire.store.base import MemoryStore, Store
+from jobwire.store.base import MemoryStore
 
 log = logging.getLogger("jobwire")
 
@@ -114,13 +115,13 @@ class Server:
         config = self.config
         loop = asyncio.get_running_loop()
         store = open_store(config.store, config.fsync, config.checkpoint_bytes, config.busy_poll)
-        engine = Engine(config.engine, store=store)
+        engine = Engine(config.engine, journal=store)
         started = time.perf_counter()
         # Replay allocates millions of objects that all stay alive: scanning them for
         # garbage while they are created would more than double the replay time.
         gc.disable()
         try:
-            restored = engine.restore_from(store)
+            restored = engine.replay(store.load(), store.numbers_ceiling())
         except Exception as exc:  # a file we cannot replay must not be written over
             store.close()
             raise SystemExit(f"jobwire: cannot replay the store: {exc}") from exc
@@ -131,7 +132,7 @@ class Server:
             seconds = time.perf_counter() - started
             log.info("restored %d jobs from the store in %.2fs", restored, seconds)
         store.start()
-        runtime = Runtime(engine, loop, config.busy_poll)
+        runtime = Runtime(engine, loop, config.busy_poll, store)
         gearman = GearmanServer(runtime, config.gearman)
         if config.pid_file is not None:
             config.pid_file.write_text(f"{os.getpid()}\n")
@@ -143,10 +144,11 @@ class Server:
             reuse_address=True,
         )
         self._servers.append(tcp)
-        http = None
+        http = ojs = None
         if config.http_port:  # 0 or None: no HTTP listener
+            ojs = OJSService(runtime, config.ojs)
             http = await serve_http(
-                OJSService(runtime, config.ojs),
+                ojs,
                 RotaService(runtime, rota_options(config)),
                 config.listen,
                 config.http_port,
@@ -167,6 +169,8 @@ class Server:
             await asyncio.sleep(0)
             if http is not None:
                 await http.cleanup()
+            if ojs is not None:
+                ojs.close()
             runtime.close()
             store.close()
             if config.pid_file is not None:

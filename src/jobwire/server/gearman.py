@@ -28,8 +28,8 @@ from jobwire.engine import (
     Engine,
     IllegalTransition,
     Job,
-    JobEvent,
     JobState,
+    Output,
     QueueFull,
     WorkerSession,
 )
@@ -71,14 +71,10 @@ _JOB_ASSIGN: Final = int(T.JOB_ASSIGN)
 _JOB_ASSIGN_ALL: Final = int(T.JOB_ASSIGN_ALL)
 _JOB_ASSIGN_UNIQ: Final = int(T.JOB_ASSIGN_UNIQ)
 _ECHO_RES: Final = int(T.ECHO_RES)
-_EV_COMPLETE: Final = JobEvent.COMPLETE
-_EV_DATA: Final = JobEvent.DATA
-_EV_STATUS: Final = JobEvent.STATUS
-_EV_WARNING: Final = JobEvent.WARNING
-_EV_EXCEPTION: Final = JobEvent.EXCEPTION
-_EV_FAIL: Final = JobEvent.FAIL
+_COMPLETED: Final = JobState.COMPLETED
+_DISCARDED: Final = JobState.DISCARDED
+_OUTPUT_DATA: Final = Output.DATA
 _ACTIVE: Final = JobState.ACTIVE
-_FINAL_EVENTS: Final = (_EV_COMPLETE, _EV_FAIL, _EV_EXCEPTION)
 
 NOT_STORED: Final = encode(_ERROR, b"QUEUE_ERROR", b"Job could not be stored")
 
@@ -321,7 +317,7 @@ class GearmanConnection(asyncio.Protocol):
         # JOB_CREATED replies of the current read, which its hold takes over (see `_Hold`)
         self.created_acks: list[bytes] = []
         self.joined_acks: list[bytes] = []
-        self.durable = server.engine.store.durable
+        self.durable = server.runtime.durable_store
         # Replies queued so far that may only go out once the store has what they announce.
         self.durable_replies = 0
         self.closing = False
@@ -375,8 +371,6 @@ class GearmanConnection(asyncio.Protocol):
                 return
             data = decoder.take_buffered() + data
         durable_before = self.durable_replies
-        if self.durable:  # between two reads: what came before may be committed now
-            self.engine.store.commit_if_idle()
         was_dirty = self.dirty
         self.dirty = True  # sends below need not mark the connection: done once at the end
         self.reading = True
@@ -414,7 +408,7 @@ class GearmanConnection(asyncio.Protocol):
         hold = _Hold(self.sent + len(self.out), self.created_acks, joined or None)
         self.created_acks = []
         self.holds.append(hold)
-        self.engine.store.after_commit(lambda ok: self._release(hold, ok))
+        self.server.runtime.after_durable(lambda ok: self._release(hold, ok))
 
     def _run_hot(self, data: bytes) -> int:
         """Handle the complete packets at the front of `data`; return the bytes consumed.
@@ -431,7 +425,7 @@ class GearmanConnection(asyncio.Protocol):
         now = 0.0  # the time of this read's submits: read once, at the first
         # A durable store's commits are polled for every 16 packets: a read of many submits
         # runs for tens of microseconds, and other clients' acknowledgements need not wait.
-        poll = self.engine.store.poll if self.durable else None
+        poll = self.server.runtime.poll_commits if self.durable else None
         count = 0
         while end - pos >= 12:
             count += 1
@@ -537,11 +531,7 @@ class GearmanConnection(asyncio.Protocol):
         for index in range(min(hold.end - self.sent, len(out))):  # those not yet sent
             if id(out[index]) in retracted:
                 out[index] = NOT_STORED
-        jobs = self.engine.jobs
-        for reply in hold.created:
-            job = jobs.get(reply[HEADER_SIZE:].decode())
-            if job is not None and not job.state.terminal:
-                self.engine.cancel(job)
+        # The engine has retracted the new jobs of the failed commit (`Engine.retract`).
 
     def pause_writing(self) -> None:
         # The peer reads slower than we answer: stop reading its requests until it catches up.
@@ -639,28 +629,33 @@ class GearmanConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------ engine callbacks
 
-    def job_event(self, job: Job, event: JobEvent, data: bytes) -> None:
-        """Subscriber: a job this client waits on made progress or ended."""
+    def job_progress(self, job: Job, done: int, total: int) -> None:
+        """Subscriber: WORK_STATUS."""
+        self.send(encode(_WORK_STATUS, job.id.encode(), b"%d" % done, b"%d" % total))
+
+    def job_output(self, job: Job, kind: Output, data: bytes) -> None:
+        """Subscriber: WORK_DATA or WORK_WARNING."""
+        ptype = _WORK_DATA if kind is _OUTPUT_DATA else _WORK_WARNING
+        self.send(_reply(ptype, job.id.encode(), data))
+
+    def job_finished(
+        self, job: Job, state: JobState, result: bytes | None, error: bytes | None
+    ) -> None:
+        """Subscriber: WORK_COMPLETE; WORK_EXCEPTION with the worker's detail for a client
+        that asked for exceptions; WORK_FAIL otherwise (a failure, a cancel)."""
         handle = job.id.encode()
-        if event is _EV_COMPLETE:
-            self.send(_reply(_WORK_COMPLETE, handle, data))
-        elif event is _EV_DATA:
-            self.send(_reply(_WORK_DATA, handle, data))
-        elif event is _EV_STATUS:
-            self.send(encode(_WORK_STATUS, handle, data))
-        elif event is _EV_WARNING:
-            self.send(encode(_WORK_WARNING, handle, data))
-        elif event is _EV_EXCEPTION and self.exceptions:
-            self.send(encode(_WORK_EXCEPTION, handle, data))
-        else:  # FAIL, or an exception this client did not ask to see
+        if state is _COMPLETED:
+            self.send(_reply(_WORK_COMPLETE, handle, result if result is not None else b""))
+        elif state is _DISCARDED and error is not None and self.exceptions:
+            self.send(_reply(_WORK_EXCEPTION, handle, error))
+        else:
             self.send(encode(_WORK_FAIL, handle))
-        if event in _FINAL_EVENTS:
-            # Not `pop` (a method call once compiled), `in` and `del` (two look-ups) or
-            # contextlib.suppress (a context manager).
-            try:  # noqa: SIM105
-                del self.waiting[job]
-            except KeyError:
-                pass
+        # Not `pop` (a method call once compiled), `in` and `del` (two look-ups) or
+        # contextlib.suppress (a context manager).
+        try:  # noqa: SIM105
+            del self.waiting[job]
+        except KeyError:
+            pass
 
     def wake(self) -> None:
         """WorkerHandler: work is waiting."""
@@ -951,12 +946,12 @@ class GearmanConnection(asyncio.Protocol):
             # gearmand forwards junk and reports 0/0; tell the worker instead.
             self.error("INVALID_ARGUMENT", "WORK_STATUS needs decimal numerator and denominator")
             return
-        self.engine.progress(job, args[1], args[2])
+        self.engine.progress(job, int(args[1]), int(args[2]))
 
-    def work_forward(self, args: tuple[bytes, ...], event: JobEvent) -> None:
+    def work_output(self, args: tuple[bytes, ...], kind: Output) -> None:
         job = self.held(args[0], NOT_ON_SERVER)
         if job is not None:
-            self.engine.forward(job, event, args[1])
+            self.engine.output(job, kind, args[1])
 
     def work_complete(self, args: tuple[bytes, ...]) -> None:
         job = self.held(args[0])
@@ -966,12 +961,12 @@ class GearmanConnection(asyncio.Protocol):
     def work_fail(self, args: tuple[bytes, ...]) -> None:
         job = self.held(args[0])
         if job is not None:
-            self.engine.fail(job, "WORK_FAIL")
+            self.engine.fail(job, "WORK_FAIL")  # no detail: clients get WORK_FAIL
 
     def work_exception(self, args: tuple[bytes, ...]) -> None:
         job = self.held(args[0], EXCEPTION_NOT_FOUND)
         if job is not None:
-            self.engine.exception(job, args[1])
+            self.engine.fail(job, args[1], detail=args[1])
 
     # ------------------------------------------------------------ admin text protocol
 
@@ -983,8 +978,8 @@ def _status_fields(job: Job | None) -> tuple[bytes, bytes, bytes, bytes]:
     if job is None or job.state.terminal:
         return b"0", b"0", b"0", b"0"
     running = b"1" if job.state is _ACTIVE else b"0"
-    numerator, denominator = job.progress or (b"0", b"0")
-    return b"1", running, numerator, denominator
+    done, total = job.progress or (0, 0)
+    return b"1", running, b"%d" % done, b"%d" % total
 
 
 def _band_counts(fn: Any) -> tuple[int, int, int]:
@@ -1123,8 +1118,8 @@ HANDLERS: dict[int, Handler] = {
     T.GRAB_JOB_UNIQ: partial(GearmanConnection.grab, kind=_GRAB_JOB_UNIQ),
     T.GRAB_JOB_ALL: partial(GearmanConnection.grab, kind=_GRAB_JOB_ALL),
     T.WORK_STATUS: GearmanConnection.work_status,
-    T.WORK_DATA: partial(GearmanConnection.work_forward, event=JobEvent.DATA),
-    T.WORK_WARNING: partial(GearmanConnection.work_forward, event=JobEvent.WARNING),
+    T.WORK_DATA: partial(GearmanConnection.work_output, kind=Output.DATA),
+    T.WORK_WARNING: partial(GearmanConnection.work_output, kind=Output.WARNING),
     T.WORK_COMPLETE: GearmanConnection.work_complete,
     T.WORK_FAIL: GearmanConnection.work_fail,
     T.WORK_EXCEPTION: GearmanConnection.work_exception,

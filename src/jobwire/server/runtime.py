@@ -1,8 +1,18 @@
-"""What every listener shares on the event loop: the engine, its timers, batched writes.
+"""What every listener shares on the event loop: the engine, its timers, batched writes,
+and the one commit barrier.
 
 `Runtime` drives the engine's timer heap with a single loop timer, flushes the output of
-every connection touched during a loop turn once, at the end of the turn, and keeps the
-loop polling for a short while after each read (`busy_poll`).
+every connection touched during a loop turn once, at the end of the turn, keeps the loop
+polling for a short while after each read (`busy_poll`), and drives the store's committer.
+
+The commit barrier: a listener acknowledges nothing ("accepted", "done") before what it
+announces is durable. It asks `after_durable(callback)` (or awaits `durable()`), which
+calls back once everything written so far is committed, or has failed. A commit that
+fails retracts the new jobs it carried through one engine call (`Engine.retract`) before
+any callback hears of it, so each listener only has to turn its acknowledgement into an
+error. The committer is driven from here too: a batch may go to an idle disk between two
+reads (`note_read`), and commits are polled for while a long read is worked through
+(`poll_commits`).
 
 Busy polling: a process asleep in epoll_wait is woken by the kernel when data arrives,
 and on a virtual machine that wake-up (an interrupt to an idle vCPU, a context switch)
@@ -21,7 +31,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from jobwire.engine import Engine
+from jobwire.engine import Engine, StoreUnavailable
+from jobwire.ports import Committer
+from jobwire.store.base import MemoryStore
 
 log = logging.getLogger("jobwire")
 
@@ -33,10 +45,22 @@ BUSY_POLL = 100e-6
 
 class Runtime:
     def __init__(
-        self, engine: Engine, loop: asyncio.AbstractEventLoop, busy_poll: float = 0.0
+        self,
+        engine: Engine,
+        loop: asyncio.AbstractEventLoop,
+        busy_poll: float = 0.0,
+        store: Committer | None = None,
     ) -> None:
         self.engine = engine
         self.loop = loop
+        #: The store's committer (the memory store's commits are immediate).
+        self.store: Committer = store if store is not None else MemoryStore()
+        #: False: every barrier passes at once.
+        self.durable_store = self.store.durable
+        # Bound once: the hot path calls them per read and per packets of a long read.
+        self.poll_commits: Callable[[], None] = self.store.poll
+        self._commit_if_idle: Callable[[], None] = self.store.commit_if_idle
+        self.store.on_failure(engine.retract)
         self.busy_poll = busy_poll  # seconds; 0: block in the poller as soon as idle
         self._polling = False  # a `_poll_on` callback is queued
         self._read_since = False  # a read happened since `_poll_on` last ran
@@ -76,6 +100,33 @@ class Runtime:
         for flush in dirty:
             flush()
 
+    # ---------------------------------------------------------------- commit barrier
+
+    def after_durable(self, callback: Callable[[bool], None]) -> None:
+        """Call `callback(ok)` once everything written so far is durable (at once when
+        nothing is pending), or `callback(False)` if its commit failed; the new jobs of a
+        failed commit are retracted by then."""
+        if self.durable_store:
+            self.store.after_commit(callback)
+        else:
+            callback(True)
+
+    async def durable(self) -> None:
+        """Wait until everything written so far is durable; raise StoreUnavailable if its
+        commit failed."""
+        store = self.store
+        if not self.durable_store or not store.pending():
+            return
+        future: asyncio.Future[bool] = self.loop.create_future()
+
+        def done(ok: bool) -> None:
+            if not future.done():
+                future.set_result(ok)
+
+        store.after_commit(done)
+        if not await future:
+            raise StoreUnavailable("the store could not commit")
+
     # ---------------------------------------------------------------- busy polling
 
     @property
@@ -84,7 +135,10 @@ class Runtime:
         return self._polling
 
     def note_read(self) -> None:
-        """A connection read a request: keep the loop polling a while (see the module)."""
+        """A connection read a request: a batch written before it may go to an idle disk
+        now; keep the loop polling a while (see the module)."""
+        if self.durable_store:
+            self._commit_if_idle()
         if self._polling:
             self._read_since = True  # cheaper than reading the clock on every read
         elif self.busy_poll > 0:

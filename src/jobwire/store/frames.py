@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 from jobwire.engine.job import Job, JobState
-from jobwire.store.base import encode_ext
+from jobwire.ports import encode_ext
 
 log = logging.getLogger("jobwire.store")
 

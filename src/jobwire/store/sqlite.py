@@ -50,15 +50,18 @@ from pathlib import Path
 from typing import TypeVar
 
 from jobwire.engine.job import Job
+from jobwire.ports import RetractJobs, StoredJob
+from jobwire.ports.journal import Journal
 from jobwire.store import frames
-from jobwire.store.base import StoredJob
 from jobwire.store.frames import FULL_WIDTH, PLAIN_WIDTH, Changes, FrameBuilder, KVChanges
-from jobwire.store.journal import Journal
 from jobwire.store.redolog import RedoLog, read_frames
 
 log = logging.getLogger("jobwire.store")
 
 FSYNC_POLICIES = ("always", "batch", "off")
+#: The key-value record of the engine's job-number ceiling (`numbers_reserved`).
+_ENGINE_NAMESPACE = "engine"
+_NUMBERS_KEY = "numbers_reserved"
 SCHEMA_VERSION = 3
 #: Log bytes between two checkpoints: bounds the log on disk and the replay at start.
 CHECKPOINT_BYTES = 16 << 20
@@ -411,6 +414,11 @@ class SQLiteStore(Journal):
         self._handed_at = 0  # `write_count` then
         self._done = 0  # number of the last batch whose log write finished
         self._waiters: deque[tuple[int, Callback]] = deque()  # (batch number, callback)
+        # The jobs first saved in the current batch, and in each batch handed off and not yet
+        # reported: if a batch fails, its new jobs are retracted (`on_failure`).
+        self._created: list[Job] = []
+        self._created_in: deque[tuple[int, list[Job]]] = deque()
+        self._retract: RetractJobs | None = None
         self._log_bytes = 0  # frame bytes handed to the current generation
         self._rotated_after: int | None = None  # last batch of the generation to checkpoint
         self._checkpoint_through = 0  # the last generation the next checkpoint applies
@@ -445,6 +453,7 @@ class SQLiteStore(Journal):
             key = job.row = self._next_row
             self._next_row += 1
             self._frame.created(key, job)
+            self._created.append(job)
         if not self._scheduled:
             self._schedule()
 
@@ -454,6 +463,14 @@ class SQLiteStore(Journal):
             self._frame.removed(job.row)
         if not self._scheduled:
             self._schedule()
+
+    def numbers_reserved(self, ceiling: int) -> None:
+        """`Journal.numbers_reserved`: a key-value record, committed with the batch."""
+        self.kv_put(_ENGINE_NAMESPACE, _NUMBERS_KEY, str(ceiling).encode())
+
+    def numbers_ceiling(self) -> int:
+        raw = self.kv_load(_ENGINE_NAMESPACE).get(_NUMBERS_KEY)
+        return int(raw) if raw is not None else 0
 
     def kv_load(self, namespace: str) -> dict[str, bytes]:
         """`KeyValueStore.kv_load`: call at start-up, like load(), before the first write."""
@@ -501,6 +518,10 @@ class SQLiteStore(Journal):
             except Exception:
                 log.exception("store %s: handing off a batch failed", self.path)
 
+    def on_failure(self, retract: RetractJobs) -> None:
+        """`Committer.on_failure`: told of the new jobs of every batch whose write failed."""
+        self._retract = retract
+
     def after_commit(self, callback: Callback) -> None:
         if not self._frame.empty or self._kv:
             self._waiters.append((self._handed + 1, callback))
@@ -542,6 +563,9 @@ class SQLiteStore(Journal):
         self._frame, self._kv = FrameBuilder(), {}
         self._handed += 1
         self._handed_at = self.write_count
+        if self._created:
+            self._created_in.append((self._handed, self._created))
+            self._created = []
         try:
             body = frame.finish(kv)
         except Exception as exc:  # a value the encoder refuses: this batch fails, alone
@@ -571,7 +595,23 @@ class SQLiteStore(Journal):
         self._note_result(error)
         if self._rotated_after is not None and number >= self._rotated_after:
             self._start_checkpoint()
+        self._report_created(number, ok)
         self._notify(number, ok)
+
+    def _report_created(self, number: int, ok: bool) -> None:
+        """Batches up to `number` are done; if they failed, their new jobs are retracted
+        before anyone waiting on them hears of it."""
+        created_in = self._created_in
+        failed: list[Job] = []
+        while created_in and created_in[0][0] <= number:
+            jobs = created_in.popleft()[1]
+            if not ok:
+                failed.extend(jobs)
+        if failed and self._retract is not None:
+            try:
+                self._retract(failed)
+            except Exception:
+                log.exception("retracting the jobs of a failed batch failed")
 
     def _notify(self, number: int, ok: bool) -> None:
         waiters = self._waiters
@@ -684,6 +724,7 @@ class SQLiteStore(Journal):
             log.error("store %s: final checkpoint failed: %s", self.path, exc)
             ok = False
         self._done = self._handed
+        self._report_created(self._handed, ok)
         self._notify(self._handed, ok)
         try:
             self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -19,6 +19,7 @@ from jobwire.protocols.rota.errors import ErrorCode, RotaError
 from jobwire.protocols.rota.messages import (
     ALERT_LEVELS,
     VERSION,
+    Ack,
     Alert,
     Assignment,
     ErrorMessage,
@@ -280,6 +281,8 @@ def decode_server_message(data: bytes | str) -> ServerMessage:
         return Revoke(f.text("job", limit=MAX_ID), f.opt_text("reason", limit=MAX_TEXT) or "")
     if kind == "specs":
         return SpecsChanged(_verdicts(f))
+    if kind == "ack" and seq is not None:
+        return Ack(seq)
     if kind == "error":
         return ErrorMessage(
             f.text("code"),

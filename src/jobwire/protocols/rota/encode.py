@@ -10,6 +10,7 @@ import orjson
 from jobwire.protocols.rota.messages import (
     NO_VALUE,
     VERSION,
+    Ack,
     Assignment,
     ErrorMessage,
     Failure,
@@ -48,6 +49,8 @@ def to_json(message: Heartbeat | ServerMessage) -> dict[str, Any]:
         out = {"type": "revoke", "job": message.job, "reason": message.reason}
     elif isinstance(message, SpecsChanged):
         out = {"type": "specs", "specs": [_verdict(v) for v in message.specs]}
+    elif isinstance(message, Ack):
+        out = {"type": "ack", "seq": message.seq}
     else:
         out = _error(message)
     return {"v": VERSION, **out}

@@ -37,6 +37,7 @@ class ErrorCode(StrEnum):
     LOGS_NOT_REQUESTED = "logs_not_requested"  # logs for a job whose assignment said logs=false
     HEARTBEAT_TIMEOUT = "heartbeat_timeout"  # silent for longer than the server's timeout
     SLOW_READER = "slow_reader"  # the worker does not read what the server sends
+    STORE_UNAVAILABLE = "store_unavailable"  # results could not be made durable: not acked
     INTERNAL_ERROR = "internal_error"
 
 

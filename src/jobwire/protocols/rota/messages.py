@@ -170,4 +170,12 @@ class ErrorMessage:
     seq: int | None = None
 
 
-ServerMessage = Welcome | Assignment | Revoke | SpecsChanged | ErrorMessage
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """The results of the worker's heartbeat `seq` are durable: a server that restarts now
+    will not run those jobs again."""
+
+    seq: int
+
+
+ServerMessage = Welcome | Assignment | Revoke | SpecsChanged | Ack | ErrorMessage

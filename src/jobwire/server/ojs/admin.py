@@ -40,7 +40,6 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
 
     async def reset(request: web.Request) -> web.Response:
         service.reset()
-        await service.durable()
         return reply({"ok": True})
 
     router.add_post(BASE + "/admin/workers/{worker_id}/state", set_state)

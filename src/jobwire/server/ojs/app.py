@@ -1,49 +1,59 @@
 """The OJS binding's service: the state it keeps beside the engine, and the aiohttp app.
 
-Everything runs on the engine's event loop, so handlers call the engine directly. Replies
-that acknowledge a change wait until the store has made it durable (the engine's durability
-contract). Routes live in one module per area (jobs, workers, queues, dead letter, events,
-cron, workflows, admin); this module wires them and holds what they share: job submission
-(with unique jobs, expiry, rate limits), worker sessions and the engine-side helpers
-(event log, dead letter, worker liveness, cron).
+Everything runs on the engine's event loop, so handlers call the engine directly. Every
+reply to a request that may change something (any method but GET, HEAD and OPTIONS) waits
+at the runtime's commit barrier until what it announces is durable, in one middleware
+(`_durable_replies`): a 201 or an ack 200 means durable, and a commit that fails answers
+503 after the engine has retracted the jobs it carried. Routes live in one module per area
+(jobs, workers, queues, dead letter, events, cron, workflows, admin); this module wires
+them and holds what they share: job submission (with unique jobs, expiry, rate limits),
+worker sessions and the helpers beside the engine (event log, dead letter, worker
+liveness, cron).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from jobwire import __version__
 from jobwire.engine import Engine
 from jobwire.engine.cron import CronEntry, CronScheduler
-from jobwire.engine.deadletter import DeadLetter
-from jobwire.engine.errors import IllegalTransition, QueueFull
-from jobwire.engine.events import EventLog
+from jobwire.engine.errors import IllegalTransition, QueueFull, StoreUnavailable
+from jobwire.engine.events import Event, EventLog
 from jobwire.engine.job import Job, JobState
-from jobwire.engine.liveness import WorkerLiveness
-from jobwire.engine.ratelimit import QueueRateLimits
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
+from jobwire.ports import key_value_store
 from jobwire.protocols.ojs.envelope import SPEC_VERSION, PushRequest, parse_push
 from jobwire.protocols.ojs.errors import OJSError, invalid
 from jobwire.protocols.ojs.ids import uuid7
 from jobwire.protocols.ojs.retry import RetryPolicy, parse_retry
 from jobwire.protocols.ojs.times import format_time
 from jobwire.protocols.ojs.unique import UniquePolicy, parse_unique
+from jobwire.server.ojs.deadletter_queue import DeadLetter
 from jobwire.server.ojs.http import BASE, ojs_middleware, reply
+from jobwire.server.ojs.liveness import WorkerLiveness
+from jobwire.server.ojs.ratelimit import QueueRateLimits
 from jobwire.server.ojs.render import payload_for
 from jobwire.server.ojs.unique import UniqueIndex
 from jobwire.server.runtime import Runtime
-from jobwire.store.kv import key_value_store
 
 log = logging.getLogger("jobwire.ojs")
 
 MAX_FETCH = 1000
+#: Where the event log is kept between two runs (`OJSService.close`).
+EVENTS_NAMESPACE = "events"
+EVENTS_KEY = "log"
+#: Seconds between two snapshots of a changing event log.
+EVENTS_SAVE_EVERY = 2.0
+#: Methods whose replies acknowledge nothing, so they skip the commit barrier.
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: The highest level whose conformance tests (and all lower levels') pass; see tests/ojs.
 CONFORMANCE_LEVEL = 4
 
@@ -58,6 +68,8 @@ class OJSOptions:
     #: Seconds a fetched job is leased when neither the fetch nor the job says (worker protocol).
     visibility_timeout: float = 1800.0
     event_log_size: int = 10_000
+    #: Cron runs missed while the server was down: "skip" or "once" (`engine.cron`).
+    cron_catch_up: str = "skip"
 
 
 class _HttpWorker:
@@ -116,15 +128,19 @@ class OJSService:
         self.started = time.time()
         self.workers: dict[str, WorkerSession] = {}
         engine = self.engine
-        self._previous_backoff = engine.backoff
-        engine.backoff = self._backoff
-        kv = key_value_store(engine.store)
+        kv = self._kv = key_value_store(runtime.store)
         self.events = EventLog(self.options.event_log_size, clock=engine.clock)
-        self.dead_letter = DeadLetter(engine, wants=wants_dead_letter)
+        self.dead_letter = DeadLetter(engine, wants=wants_dead_letter, kv=kv)
         self.liveness = WorkerLiveness(engine, self.options.heartbeat_timeout)
         self.rate_limits = QueueRateLimits()
         self.uniques = UniqueIndex()
-        self.cron = CronScheduler(engine, self._cron_trigger, kv=kv, events=self.events)
+        self.cron = CronScheduler(
+            engine,
+            self._cron_trigger,
+            kv=kv,
+            events=self.events,
+            catch_up=self.options.cron_catch_up,
+        )
         self.workflows = Workflows(self, kv)
         engine.event_log = self.events
         engine.finish_observers.append(self._job_finished)
@@ -149,7 +165,45 @@ class OJSService:
         restored = self.cron.load()
         if restored:
             log.info("restored %d cron registrations", restored)
+        restored = self.dead_letter.load()
+        if restored:
+            log.info("restored %d dead letter entries", restored)
         self.workflows.load()
+        self._load_events()
+        self._events_saved = self.events.last_seq
+        if self._kv is not None:
+            now = self.engine.clock()
+            self.engine.timers.add(now + EVENTS_SAVE_EVERY, self._save_events, None)
+
+    def _load_events(self) -> None:
+        if self._kv is None:
+            return
+        raw = self._kv.kv_load(EVENTS_NAMESPACE).get(EVENTS_KEY)
+        if raw is None:
+            return
+        try:
+            self.events.restore([Event(**fields) for fields in orjson.loads(raw)])
+        except (TypeError, ValueError) as exc:
+            log.error("the event log cannot be restored: %s", exc)
+
+    def _save_events(self, _owner: object = None, _when: float = 0.0) -> None:
+        """Keep the event log in the store: at shutdown, and every `EVENTS_SAVE_EVERY`
+        seconds while it changes (so a crash loses at most that much). A snapshot of the
+        whole ring, at most `event_log_size` events, however busy the server is; the job
+        transitions themselves never wait for it."""
+        if self._kv is None:
+            return
+        seq = self.events.last_seq
+        if seq != self._events_saved:
+            self._events_saved = seq
+            snapshot = orjson.dumps(self.events.snapshot(), default=str)
+            self._kv.kv_put(EVENTS_NAMESPACE, EVENTS_KEY, snapshot)
+        if _when:  # from the timer: again later
+            self.engine.timers.add(_when + EVENTS_SAVE_EVERY, self._save_events, None)
+
+    def close(self) -> None:
+        """At shutdown, before the store closes: keep the event log for the next start."""
+        self._save_events()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -159,7 +213,8 @@ class OJSService:
         from jobwire.server.ojs.openapi import openapi_document
 
         app = web.Application(
-            middlewares=[self._note_read, ojs_middleware], client_max_size=self.options.max_body
+            middlewares=[self._note_read, ojs_middleware, self._durable_replies],
+            client_max_size=self.options.max_body,
         )
         r = app.router
         r.add_get("/ojs/manifest", self.manifest)
@@ -177,32 +232,20 @@ class OJSService:
         response: web.StreamResponse = await handler(request)
         return response
 
-    async def durable(self) -> None:
-        """Wait until everything written so far is durable (immediate for the memory store)."""
-        store = self.engine.store
-        if not store.pending():
-            return
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-
-        def done(ok: bool = True) -> None:
-            if not future.done():
-                future.set_result(ok)
-
-        store.after_commit(done)
-        if not await future:
-            raise OJSError(
-                "backend_error", "the store could not commit", status=503, retryable=True
-            )
-
-    def _backoff(self, job: Job) -> float:
-        ext = job.ext
-        if ext is not None and ext.pop("nack_pending", False):
-            policy = retry_policy(job)
-            if policy is not None:
-                delay = policy.delay(job.attempts)
-                ext["retry_delay"] = delay
-                return delay
-        return self._previous_backoff(job)
+    @web.middleware
+    async def _durable_replies(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """The commit barrier: a reply that may acknowledge a change goes out once the
+        change is durable (at once when nothing was written). Inside the error middleware,
+        so a failed commit answers with an OJS error body."""
+        response: web.StreamResponse = await handler(request)
+        if request.method not in _SAFE_METHODS:
+            try:
+                await self.runtime.durable()
+            except StoreUnavailable:
+                raise OJSError(
+                    "backend_error", "the store could not commit", status=503, retryable=True
+                ) from None
+        return response
 
     def job(self, job_id: str) -> Job:
         job = self.engine.jobs.get(job_id) or self.dead_letter.get(job_id)
@@ -341,7 +384,7 @@ class OJSService:
                 },
                 "conformance_level": CONFORMANCE_LEVEL,
                 "protocols": ["http"],
-                "backend": type(self.engine.store).__name__,
+                "backend": type(self.runtime.store).__name__,
                 "capabilities": {
                     "batch_enqueue": True,
                     "cron": True,
@@ -368,7 +411,7 @@ class OJSService:
                 "status": "ok",
                 "version": SPEC_VERSION,
                 "uptime_seconds": int(time.time() - self.started),
-                "backend": {"type": type(self.engine.store).__name__, "status": "ok"},
+                "backend": {"type": type(self.runtime.store).__name__, "status": "ok"},
             }
         )
 
@@ -381,6 +424,7 @@ class OJSService:
         self.workers.clear()
         engine.reset()
         self.events.clear()
+        self._events_saved = -1  # the saved snapshot is out of date now
         self.dead_letter.clear()
         self.liveness.clear()
         self.rate_limits.clear()

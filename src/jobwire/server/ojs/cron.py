@@ -106,7 +106,6 @@ class CronRoutes:
         except CronError as exc:
             raise invalid(str(exc)) from None
         entry, created = self.cron.register(entry)
-        await self.service.durable()
         rendered = cron_json(entry)
         return reply({"cron": rendered, "cron_job": rendered}, 201 if created else 200)
 
@@ -128,13 +127,11 @@ class CronRoutes:
         if not isinstance(enabled, bool):
             raise invalid("enabled is required and must be a boolean")
         self.cron.set_enabled(entry.name, enabled)
-        await self.service.durable()
         rendered = cron_json(entry)
         return reply({"cron": rendered, "cron_job": rendered})
 
     async def delete(self, request: web.Request) -> web.Response:
         entry = self._entry(request)
         self.cron.remove(entry.name)
-        await self.service.durable()
         rendered = cron_json(entry)
         return reply({"deleted": True, "name": entry.name, "cron": rendered})

@@ -46,7 +46,6 @@ class DeadLetterRoutes:
             raise OJSError("not_found", str(exc)) from None
         except IllegalTransition as exc:
             raise illegal(exc) from None
-        await self.service.durable()
         return reply({"job": job_json(job)})
 
     async def delete(self, request: web.Request) -> web.Response:

@@ -36,7 +36,6 @@ class JobRoutes:
     async def push(self, request: web.Request) -> web.Response:
         req = parse_push(await read_json(request))
         job, created = self.service.submit(req)
-        await self._durable_or_undo([(job, created)])
         if not created:  # unique conflict with on_conflict=ignore: the existing job
             return reply({"job": job_json(job), "duplicate": True})
         return reply({"job": job_json(job)}, 201, {"Location": f"{BASE}/jobs/{job.id}"})
@@ -71,19 +70,11 @@ class JobRoutes:
         except OJSError:
             self._undo(created)  # so the batch stays all or nothing
             raise
-        await self._durable_or_undo(created)
         jobs = [job_json(job) for job, _ in created]
         return reply({"jobs": jobs, "count": len(jobs)}, 201)
 
-    async def _durable_or_undo(self, created: list[tuple[Job, bool]]) -> None:
-        """Wait for the store; if it failed, the new jobs must not run (the client hears 503)."""
-        try:
-            await self.service.durable()
-        except OJSError:
-            self._undo(created)
-            raise
-
     def _undo(self, created: list[tuple[Job, bool]]) -> None:
+        """A job of the batch was refused after others were created: drop those."""
         engine = self.service.engine
         for job, is_new in created:
             if is_new and not job.state.terminal:
@@ -99,7 +90,6 @@ class JobRoutes:
             self.service.engine.cancel(job)
         except IllegalTransition as exc:
             raise illegal(exc) from None
-        await self.service.durable()
         return reply({"job": job_json(job)})
 
     async def activate(self, request: web.Request) -> web.Response:
@@ -108,7 +98,6 @@ class JobRoutes:
             self.service.engine.activate(job)
         except IllegalTransition as exc:
             raise illegal(exc) from None
-        await self.service.durable()
         return reply({"job": job_json(job)})
 
 

@@ -129,7 +129,6 @@ def job_json(job: Job) -> dict[str, Any]:
     return out
 
 
-def progress_of(progress: tuple[bytes, bytes]) -> dict[str, Any]:
-    """Numerator and denominator as numbers (as Gearman's decimal strings if they are not)."""
-    current, total = (int(v) if v.isdigit() else v.decode("utf-8", "replace") for v in progress)
+def progress_of(progress: tuple[int, int]) -> dict[str, Any]:
+    current, total = progress
     return {"current": current, "total": total}

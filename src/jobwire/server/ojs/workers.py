@@ -137,7 +137,6 @@ class WorkerRoutes:
         requeued = sorted(session.jobs)
         self.service.liveness.forget(session)
         self.engine.remove_worker(session, "worker deregistered")
-        await self.service.durable()
         return reply(
             {
                 "ok": True,
@@ -170,7 +169,6 @@ class WorkerRoutes:
         if session.state is not WorkerState.RUNNING:
             return reply({"jobs": []})
         jobs = self._lease(names, count, session, lease / 1000 if lease else None)
-        await self.service.durable()
         rendered = [job_json(job) for job in jobs]
         out: dict[str, Any] = {"jobs": rendered}
         if rendered:
@@ -227,7 +225,6 @@ class WorkerRoutes:
             self.engine.complete(job, orjson.dumps(result) if result is not None else b"")
         except EngineError as exc:
             raise OJSError("conflict", str(exc), status=409) from None
-        await self.service.durable()
         assert job.finished_at is not None
         return reply(
             {
@@ -250,16 +247,23 @@ class WorkerRoutes:
         ext = job.ext if job.ext is not None else {}
         job.ext = ext
         ext.setdefault("errors", []).append(error)
-        # A requeue (a worker releasing the job, e.g. on terminate) goes back at once.
-        ext["nack_pending"] = not requeue
+        # A requeue (a worker releasing the job, e.g. on terminate) goes back at once; a
+        # retry waits as the job's retry policy says.
+        policy = None if requeue else retry_policy(job)
+        delay = policy.delay(job.attempts) if policy is not None else 0.0
         try:
-            self.engine.fail(job, error["message"], retry=retryable or requeue)
+            self.engine.fail(
+                job,
+                error,
+                detail=error["message"].encode(),
+                retry=retryable or requeue,
+                retry_after=delay,
+            )
         except IllegalTransition as exc:
             raise OJSError("conflict", str(exc), status=409) from None
-        finally:
-            ext.pop("nack_pending", None)
+        if policy is not None and not job.state.terminal:
+            ext["retry_delay"] = delay
         job.error = error
-        await self.service.durable()
         return reply(_nack_reply(job))
 
     def _error(self, job: Job, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:

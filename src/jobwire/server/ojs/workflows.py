@@ -31,6 +31,7 @@ from aiohttp import web
 
 from jobwire.engine.errors import IllegalTransition
 from jobwire.engine.job import Job, JobState
+from jobwire.ports import KeyValueStore
 from jobwire.protocols.ojs.envelope import parse_push
 from jobwire.protocols.ojs.errors import OJSError
 from jobwire.protocols.ojs.ids import uuid7
@@ -38,7 +39,6 @@ from jobwire.protocols.ojs.times import format_time
 from jobwire.protocols.ojs.workflow import WorkflowRequest, parse_workflow
 from jobwire.server.ojs.http import BASE, read_json, reply
 from jobwire.server.ojs.render import result_of
-from jobwire.store.kv import KeyValueStore
 
 if TYPE_CHECKING:
     from jobwire.server.ojs.app import OJSService
@@ -286,7 +286,6 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
     async def create(request: web.Request) -> web.Response:
         req = parse_workflow(await read_json(request))
         flow = flows.create(req)
-        await service.durable()
         return reply({"workflow": flow.to_json()}, 201, {"Location": f"{BASE}/workflows/{flow.id}"})
 
     async def get(request: web.Request) -> web.Response:
@@ -295,7 +294,6 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
     async def cancel(request: web.Request) -> web.Response:
         flow = lookup(request)
         flows.cancel(flow)
-        await service.durable()
         return reply({"workflow": flow.to_json()})
 
     router.add_post(BASE + "/workflows", create)

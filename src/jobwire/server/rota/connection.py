@@ -5,6 +5,12 @@ dispatch, up to the credit the worker's `wants` leaves) and takes them back thro
 Outgoing messages go through one queue and one writer task, in order; an `error` that ends the
 connection is followed by a close with the WebSocket code of `protocols.rota.errors.FATAL`.
 
+Durability: what the server acknowledges is durable first, through the runtime's commit
+barrier. The results of a heartbeat are acknowledged with an `ack` of its `seq` once they
+are committed, and the assignment of a job with an attempt limit goes out once its attempt
+is (so a crash cannot let it run more often than allowed). Messages queued after one that
+waits for a commit wait behind it, so the worker sees them in order.
+
 Liveness: any frame counts as a sign of life. A worker silent for `heartbeat_timeout` seconds
 is gone: it is removed from the engine at once (its jobs go back to the queue with the attempt
 counted) and the socket is closed with 1008. So is a worker whose connection drops, or that sent
@@ -28,6 +34,7 @@ from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
 from jobwire.protocols.ojs.times import format_time
 from jobwire.protocols.rota import (
     NO_VALUE,
+    Ack,
     Assignment,
     CloseCode,
     ErrorCode,
@@ -94,6 +101,12 @@ class RotaConnection:
         self.logs_for: set[str] = set()  # held jobs whose assignment asked for logs
         self.closing = False
         self._outbox: asyncio.Queue[bytes | _Close] = asyncio.Queue()
+        self.runtime = service.runtime
+        # Messages waiting behind a commit (`send_when_durable`), in order; `_waiting_from`
+        # counts the messages ever held before `_waiting[0]`; `_holds`, the commits awaited.
+        self._waiting: list[bytes] = []
+        self._waiting_from = 0
+        self._holds = 0
         self._heard = self.loop.time()
         self._silence: asyncio.TimerHandle | None = None
         self._abort: asyncio.TimerHandle | None = None
@@ -158,10 +171,50 @@ class RotaConnection:
     def send(self, message: ServerMessage) -> None:
         if self.closing:
             return
-        if self._outbox.qsize() >= self.options.max_outbox:
+        if self._outbox.qsize() + len(self._waiting) >= self.options.max_outbox:
             self.fatal(RotaError(ErrorCode.SLOW_READER, "the worker does not read what it is sent"))
             return
-        self._put(encode(message))
+        if self._holds:  # behind a message that waits for a commit
+            self._waiting.append(encode(message))
+        else:
+            self._put(encode(message))
+
+    def send_when_durable(
+        self, message: ServerMessage, failed: ServerMessage | None = None, *, in_order: bool = True
+    ) -> None:
+        """Send `message` once everything written so far is durable (the commit barrier);
+        if that commit fails, send `failed` instead (None: send `message` anyway). In order:
+        what is sent after it waits behind it; else it goes out on its own when committed
+        (an `ack`, which nothing else depends on, so it delays no assignment)."""
+        if self.closing:
+            return
+        if not in_order:
+            self.runtime.after_durable(
+                lambda ok: self.send(message if ok or failed is None else failed)
+            )
+            return
+        self._holds += 1
+        self.send(message)
+        index = self._waiting_from + len(self._waiting) - 1  # where `message` is held
+
+        def committed(ok: bool) -> None:
+            if not ok and failed is not None and index >= self._waiting_from:
+                self._waiting[index - self._waiting_from] = encode(failed)
+            self._release(index + 1)
+
+        self.runtime.after_durable(committed)
+
+    def _release(self, end: int) -> None:
+        """A commit awaited is done: send what was held up to position `end` (everything,
+        once no commit is awaited)."""
+        self._holds -= 1
+        count = len(self._waiting) if not self._holds else end - self._waiting_from
+        if count <= 0:
+            return
+        for data in self._waiting[:count]:
+            self._put(data)
+        del self._waiting[:count]
+        self._waiting_from += count
 
     def close(self, code: int, text: str, *, reason: str) -> None:
         """Leave the engine (`reason` goes on the jobs requeued) and close the socket."""
@@ -252,8 +305,18 @@ class RotaConnection:
         session.info["last_heartbeat"] = time.time()
         if hb.status is not None:
             self._status(session, hb.status, hb.seq)
+        applied = 0
         for result in hb.results:
-            self._result(session, result, hb.seq)
+            applied += self._result(session, result, hb.seq)
+        if applied and hb.seq is not None:
+            refused = ErrorMessage(
+                ErrorCode.STORE_UNAVAILABLE,
+                "the results could not be made durable; they may run again",
+                False,
+                None,
+                hb.seq,
+            )
+            self.send_when_durable(Ack(hb.seq), refused, in_order=False)
         if hb.wants is not None:
             self.wants = hb.wants
         extend_leases(self.engine, session)
@@ -333,7 +396,7 @@ class RotaConnection:
         for progress in status.progress:
             job = self._held(session, progress.job, seq)
             if job is not None:
-                engine.progress(job, str(progress.current).encode(), str(progress.total).encode())
+                engine.progress(job, progress.current, progress.total)
         for batch in status.logs:
             job = self._held(session, batch.job, seq)
             if job is None:
@@ -352,10 +415,11 @@ class RotaConnection:
                 alert.level, alert.message, job=alert.job, worker=session.id, hostname=session.name
             )
 
-    def _result(self, session: WorkerSession, result: Result, seq: int | None) -> None:
+    def _result(self, session: WorkerSession, result: Result, seq: int | None) -> bool:
+        """Apply a result; False if it was refused (an `error` says why)."""
         job = self._held(session, result.job, seq)
         if job is None:
-            return
+            return False
         self.logs_for.discard(job.id)
         engine = self.engine
         try:
@@ -369,10 +433,9 @@ class RotaConnection:
                 }
                 if result.details is not None:
                     error["details"] = result.details
-                if result.retryable:
-                    engine.fail(job, error["message"], retry=True)
-                else:  # Gearman clients that asked for exceptions get the text
-                    engine.exception(job, f"{result.code}: {result.message}".encode())
+                # Clients that asked for failure details (Gearman's exceptions) get the text.
+                detail = f"{result.code}: {result.message}".encode()
+                engine.fail(job, error, detail=detail, retry=result.retryable)
                 job.error = error
             else:
                 engine.complete(job, result.result)
@@ -382,6 +445,8 @@ class RotaConnection:
                     job.ext["result"] = result.value
         except EngineError as exc:  # not expected for a held job; never fatal to the socket
             self._refuse(ErrorCode.JOB_NOT_HELD, str(exc), job.id, seq)
+            return False
+        return True
 
     def request_work(self) -> None:
         """Credit = what the worker wants to hold minus what it holds: never more than asked."""
@@ -400,7 +465,13 @@ class RotaConnection:
         logs = wants_logs(job, self.options.logs)
         if logs:
             self.logs_for.add(job.id)
-        self.send(Assignment(job_copy(job), logs))
+        assignment = Assignment(job_copy(job), logs)
+        if job.max_attempts is not None and job.background:
+            # An attempt limit must count the attempts a crash cut short: the job goes out
+            # once its attempt is durable. Without a limit the count is only informative.
+            self.send_when_durable(assignment)
+        else:
+            self.send(assignment)
 
     def revoke(self, job: Job, reason: str) -> None:
         self.logs_for.discard(job.id)

@@ -14,17 +14,24 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from jobwire.engine.job import Job
-    from jobwire.store.base import Store
+    from jobwire.ports.store import Store
 
 
 class Journal:
-    """The engine's job hooks (see `jobwire.store.base.Store`)."""
+    """The engine-facing half of a store: told of every job change (see `jobwire.ports`)."""
+
+    #: The engine calls nothing of a journal that is not durable.
+    durable = True
 
     def job_saved(self, job: Job) -> None:
         raise NotImplementedError
 
     def job_removed(self, job: Job) -> None:
         raise NotImplementedError
+
+    def numbers_reserved(self, ceiling: int) -> None:
+        """Job numbers up to `ceiling` may be given out: keep it, for the engine's replay
+        (`Engine.replay`), so that no id is given twice. Durable with the next commit."""
 
 
 class StoreJournal(Journal):
@@ -33,6 +40,7 @@ class StoreJournal(Journal):
     def __init__(self, store: Store) -> None:
         self._saved: Callable[[Job], None] = store.job_saved
         self._removed: Callable[[Job], None] = store.job_removed
+        self._store = store
 
     def job_saved(self, job: Job) -> None:
         self._saved(job)
@@ -40,6 +48,9 @@ class StoreJournal(Journal):
     def job_removed(self, job: Job) -> None:
         self._removed(job)
 
+    def numbers_reserved(self, ceiling: int) -> None:
+        self._store.numbers_reserved(ceiling)
 
-def journal_of(store: Store) -> Journal:
+
+def journal_of(store: Journal | Store) -> Journal:
     return store if isinstance(store, Journal) else StoreJournal(store)
