@@ -44,7 +44,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
 GEARBENCH_SRC = Path(os.environ.get("GEARBENCH_SRC", REPO.parent / "shared/bench/gearbench.c"))
-JOBWIRE = [sys.executable, "-m", "jobwire", "serve", "--http-port", "0"]
+JOBWIRE = [sys.executable, "-m", "jobwire", "serve", "--http-port", "0", "--zmq-port", "0"]
 SERVERS = {
     "memory": ["--store", "memory"],
     "sqlite-batch": ["--store", "sqlite:{db}", "--fsync", "batch"],

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
 START_DEADLINE = 30.0
 #: Appended to every `jobwire serve`; override with $JOBWIRE_ARGS (split on whitespace).
-JOBWIRE_EXTRA_ARGS = os.environ.get("JOBWIRE_ARGS", "--http-port 0").split()
+JOBWIRE_EXTRA_ARGS = os.environ.get("JOBWIRE_ARGS", "--http-port 0 --zmq-port 0").split()
 STOP_GRACE = 15.0
 
 

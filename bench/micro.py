@@ -76,7 +76,7 @@ def measure(name: str, run: Any) -> None:
 def main() -> None:
     tune_gc()  # as the server does
     loop = asyncio.new_event_loop()
-    engine = Engine(EngineConfig(handle_prefix="H:bench"))
+    engine = Engine(EngineConfig(id_prefix="H:bench"))
     runtime = Runtime(engine, loop)
     server = GearmanServer(runtime, GearmanOptions())
     client = connect(server)
@@ -142,7 +142,7 @@ def enqueue_on_loop(
     loop = asyncio.new_event_loop()
     with tempfile.TemporaryDirectory() as directory:
         store = SQLiteStore(Path(directory) / "micro.db", fsync="off") if durable else None
-        engine = Engine(EngineConfig(handle_prefix="H:bench"), store=store)
+        engine = Engine(EngineConfig(id_prefix="H:bench"), store=store)
         if events:
             # as the HTTP listener sets it
             engine.event_log = EventLog(clock=engine.clock)

@@ -90,7 +90,10 @@ def start_jobwire(
     store: str = "memory",
     workdir: Path | None = None,
     http: bool = False,
+    zmq: bool = False,
 ) -> ServerProcess:
+    """`zmq`: serve ZeroMQ (Majordomo) on a free port too (`extra["zmq_port"]`); without it,
+    off, so that parallel servers do not all claim 5555."""
     port = port or free_port()
     workdir = workdir or Path(tempfile.mkdtemp(prefix="jobwire-test-"))
     cmd = [sys.executable, "-m", "jobwire", "serve", "--port", str(port), "--store", store]
@@ -100,13 +103,20 @@ def start_jobwire(
         cmd += ["--http-port", str(http_port)]
     else:
         cmd += ["--http-port", "0"]  # parallel servers must not all claim 8080
+    zmq_port = free_port() if zmq else 0
+    cmd += ["--zmq-port", str(zmq_port)]
     cmd += list(args)
     log = open(workdir / "server.log", "wb")  # noqa: SIM115 - owned by the process
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
     wait_for_port(port, proc)
     if http_port is not None:
         wait_for_port(http_port, proc)
-    return ServerProcess("jobwire", proc, port, workdir, http_port)
+    if zmq_port:
+        wait_for_port(zmq_port, proc)
+    server = ServerProcess("jobwire", proc, port, workdir, http_port)
+    if zmq_port:
+        server.extra["zmq_port"] = zmq_port
+    return server
 
 
 def gearmand_path() -> str:

@@ -176,6 +176,40 @@ def _setup_logging(log_file: str, verbose: str) -> None:
 )
 @click.option("-P", "--pid-file", type=click.Path(path_type=Path), default=None)
 @click.option(
+    "--zmq-port",
+    type=click.IntRange(min=0, max=65535),
+    default=5555,
+    show_default=True,
+    help="ZeroMQ port of the Majordomo broker (MDP 0.1/0.2, MMI, Titanic); 0 disables it.",
+)
+@click.option("--zmq-listen", default=None, help="ZeroMQ address [default: --listen].")
+@click.option(
+    "--mdp-heartbeat",
+    type=click.FloatRange(min=0, min_open=True),
+    default=2.5,
+    show_default=True,
+    help="Seconds between Majordomo heartbeats.",
+)
+@click.option(
+    "--mdp-liveness",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Heartbeats a Majordomo or Pirate worker may miss before it is dead.",
+)
+@click.option(
+    "--mdp-request-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Seconds a Majordomo request for a service nobody serves waits for a worker.",
+)
+@click.option("--ppp-frontend", default=None, help="Paranoid Pirate client endpoint (tcp://...).")
+@click.option("--ppp-backend", default=None, help="Paranoid Pirate worker endpoint (tcp://...).")
+@click.option(
+    "--ppp-function", default="ppp", show_default=True, help="The function of PPP requests."
+)
+@click.option(
     "--rota-heartbeat-timeout",
     type=click.FloatRange(min=0, min_open=True),
     default=5.0,
@@ -226,6 +260,14 @@ def serve(
     log_file: str,
     verbose: str,
     pid_file: Path | None,
+    zmq_port: int,
+    zmq_listen: str | None,
+    mdp_heartbeat: float,
+    mdp_liveness: int,
+    mdp_request_timeout: float,
+    ppp_frontend: str | None,
+    ppp_backend: str | None,
+    ppp_function: str,
     rota_heartbeat_timeout: float,
     rota_max_message: int,
     rota_logs: bool,
@@ -238,6 +280,7 @@ def serve(
     from jobwire.server.gearman import GearmanOptions
     from jobwire.server.ojs.app import OJSOptions
     from jobwire.server.rota import RotaOptions
+    from jobwire.server.zmq import ZmqOptions
 
     verbose = verbose.upper()
     _setup_logging(log_file, verbose)
@@ -258,7 +301,7 @@ def serve(
             job_retries=job_retries or None,
             worker_wakeup=worker_wakeup,
             wakeup_fallback=wakeup_fallback,
-            handle_prefix=job_handle_prefix or "",
+            id_prefix=job_handle_prefix or "",
             retain_finished=(3600.0 if http_port else 0.0)
             if retain_finished is None
             else retain_finished,
@@ -273,6 +316,16 @@ def serve(
             max_message=rota_max_message,
             logs=rota_logs,
             spec_file=rota_spec_file,
+        ),
+        zmq=ZmqOptions(
+            endpoint=f"tcp://{zmq_listen or listen}:{zmq_port}" if zmq_port else None,
+            heartbeat=mdp_heartbeat,
+            liveness=mdp_liveness,
+            request_timeout=mdp_request_timeout,
+            max_message=max_packet_size,
+            ppp_frontend=ppp_frontend,
+            ppp_backend=ppp_backend,
+            ppp_function=ppp_function,
         ),
         gearman=GearmanOptions(
             exceptions=exceptions,

@@ -115,7 +115,7 @@ class Harness:
         config = EngineConfig(
             job_retries=job_retries,
             worker_wakeup=worker_wakeup,
-            handle_prefix="H:test",
+            id_prefix="H:test",
             retain_finished=retain_finished,
         )
         self.engine = Engine(config, clock=self.clock)

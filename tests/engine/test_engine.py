@@ -72,23 +72,23 @@ def test_handles_count_up_globally(h: Harness) -> None:
 
 
 def test_handles_are_the_prefix_and_the_number_across_blocks_of_a_thousand(h: Harness) -> None:
-    # Numbers from 1000 on are built from a block's head and three digits (`next_handle`).
-    ids = [h.engine.next_handle() for _ in range(3003)]
+    # Numbers from 1000 on are built from a block's head and three digits (`next_id`).
+    ids = [h.engine.next_id() for _ in range(3003)]
     assert ids == [f"H:test:{number}" for number in range(1, 3004)]
 
 
 def test_handles_follow_a_counter_moved_by_a_restore(h: Harness) -> None:
-    h.engine.next_handle()  # a block head is made for neither of these: below 1000
+    h.engine.next_id()  # a block head is made for neither of these: below 1000
     h.engine.restore([restored_job("H:test:1999")])
-    assert [h.engine.next_handle() for _ in range(2)] == ["H:test:2000", "H:test:2001"]
+    assert [h.engine.next_id() for _ in range(2)] == ["H:test:2000", "H:test:2001"]
     h.engine.restore([restored_job("H:test:12345")])
-    assert h.engine.next_handle() == "H:test:12346"
+    assert h.engine.next_id() == "H:test:12346"
     h.engine.restore([restored_job("H:test:5000999")])
-    assert [h.engine.next_handle() for _ in range(2)] == ["H:test:5001000", "H:test:5001001"]
+    assert [h.engine.next_id() for _ in range(2)] == ["H:test:5001000", "H:test:5001001"]
 
 
-def test_default_handle_prefix_is_the_hostname() -> None:
-    assert Engine().next_handle() == f"H:{socket.gethostname()}:1"
+def test_default_id_prefix_is_the_hostname() -> None:
+    assert Engine().next_id() == f"H:{socket.gethostname()}:1"
 
 
 def test_explicit_job_id(h: Harness) -> None:
@@ -606,7 +606,7 @@ def test_cancelled_job_frees_its_unique(h: Harness) -> None:
 
 def test_maxqueue_refuses_beyond_the_limit(h: Harness) -> None:
     h.engine.function("f")
-    h.engine.set_max_queue("f", 2, 2, 2)
+    h.engine.set_queue_limits("f", 2, 2, 2)
     h.engine.submit("f", b"1")
     h.engine.submit("f", b"2")
     with pytest.raises(QueueFull, match="Job queue is full"):
@@ -617,7 +617,7 @@ def test_maxqueue_refuses_beyond_the_limit(h: Harness) -> None:
 
 def test_maxqueue_counts_running_and_scheduled_jobs(h: Harness) -> None:
     w = h.worker("f")
-    h.engine.set_max_queue("f", 3, 3, 3)
+    h.engine.set_queue_limits("f", 3, 3, 3)
     h.engine.submit("f", b"running")
     assert h.engine.grab(w.session) is not None
     h.engine.submit("f", b"later", run_at=START + 100)
@@ -628,7 +628,7 @@ def test_maxqueue_counts_running_and_scheduled_jobs(h: Harness) -> None:
 
 def test_maxqueue_per_priority_band(h: Harness) -> None:
     h.engine.function("f")
-    h.engine.set_max_queue("f", 1, 0, 3)  # 0: unlimited
+    h.engine.set_queue_limits("f", 1, 0, 3)  # 0: unlimited
     h.engine.submit("f", b"", priority=PRIORITY_HIGH)
     with pytest.raises(QueueFull):
         h.engine.submit("f", b"", priority=PRIORITY_HIGH)
@@ -640,28 +640,28 @@ def test_maxqueue_per_priority_band(h: Harness) -> None:
 
 def test_maxqueue_negative_is_unlimited(h: Harness) -> None:
     h.engine.function("f")
-    h.engine.set_max_queue("f", -1, -1, -1)
+    h.engine.set_queue_limits("f", -1, -1, -1)
     submit_all(h, "f", [b""] * 10)
     assert h.engine.functions["f"].total == 10
 
 
 def test_maxqueue_does_not_refuse_a_coalescing_submit(h: Harness) -> None:
     h.engine.function("f")
-    h.engine.set_max_queue("f", 1, 1, 1)
+    h.engine.set_queue_limits("f", 1, 1, 1)
     job, _ = h.engine.submit("f", b"", unique="u")
     again, created = h.engine.submit("f", b"", unique="u")
     assert again is job and not created
 
 
 def test_maxqueue_on_an_unknown_function_is_a_no_op(h: Harness) -> None:
-    h.engine.set_max_queue("nope", 1, 1, 1)
+    h.engine.set_queue_limits("nope", 1, 1, 1)
     assert "nope" not in h.engine.functions
     submit_all(h, "nope", [b"", b""])
 
 
 def test_maxqueue_frees_up_as_jobs_finish(h: Harness) -> None:
     w = h.worker("f")
-    h.engine.set_max_queue("f", 1, 1, 1)
+    h.engine.set_queue_limits("f", 1, 1, 1)
     h.engine.submit("f", b"")
     job = h.engine.grab(w.session)
     assert job is not None

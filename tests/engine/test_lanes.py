@@ -178,7 +178,7 @@ def test_function_info_totals() -> None:
     fn.scheduled = 3
     assert fn.available == 2
     assert fn.total == 7
-    assert fn.max_queue is None
+    assert fn.queue_limits is None
 
 
 def test_a_level_stays_fifo_as_it_is_cut_down_while_jobs_come_and_go() -> None:

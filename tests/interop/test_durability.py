@@ -327,7 +327,18 @@ def test_a_second_server_on_the_same_file_refuses_to_start(
 ) -> None:
     start(servers, db)
     port = str(free_port())
-    cmd = [sys.executable, "-m", "jobwire", "serve", "--port", port, "--http-port", "0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jobwire",
+        "serve",
+        "--port",
+        port,
+        "--http-port",
+        "0",
+        "--zmq-port",
+        "0",
+    ]
     second = subprocess.run(
         [*cmd, "--store", f"sqlite:{db}"], capture_output=True, text=True, timeout=60
     )
@@ -340,7 +351,18 @@ def test_a_corrupt_file_is_refused_at_start_and_left_alone(db: Path) -> None:
     garbage = b"not a database, and not to be overwritten\n" * 1000
     db.write_bytes(garbage)
     port = str(free_port())
-    cmd = [sys.executable, "-m", "jobwire", "serve", "--port", port, "--http-port", "0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "jobwire",
+        "serve",
+        "--port",
+        port,
+        "--http-port",
+        "0",
+        "--zmq-port",
+        "0",
+    ]
     started = subprocess.run(
         [*cmd, "--store", f"sqlite:{db}"], capture_output=True, text=True, timeout=60
     )

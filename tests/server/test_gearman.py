@@ -354,7 +354,7 @@ def test_job_created_names_every_job_by_its_number_across_blocks(prefix: str) ->
 def test_a_result_under_a_handle_that_only_ends_with_the_jobs_number_is_refused(
     server_with: ServerProcess,
 ) -> None:
-    # Workers' handles are matched by number first (`GearmanServer.handle_number`): the
+    # Workers' handles are matched by number first (`scanner.handle_number`): the
     # rest of the handle must still be the job's id, byte for byte.
     with GearmanSocket(server_with) as client, GearmanSocket(server_with) as worker:
         worker.send(Cmd.CAN_DO, "f")

@@ -130,7 +130,7 @@ async def connect(
     job_retries: int | None = None,
 ) -> tuple[FakeStore, Engine, GearmanConnection, FakeTransport]:
     store = FakeStore()
-    engine = Engine(EngineConfig(handle_prefix="H", job_retries=job_retries), journal=store)
+    engine = Engine(EngineConfig(id_prefix="H", job_retries=job_retries), journal=store)
     runtime = Runtime(engine, asyncio.get_running_loop(), store=store)
     server = GearmanServer(runtime, GearmanOptions())
     conn = server.protocol_factory()

@@ -45,7 +45,7 @@ def created(handle: bytes) -> bytes:
 def connect(*names: str) -> tuple[list[tuple[str, bytes]], list[GearmanConnection]]:
     """Connections to one new server (on the running loop), in the order named, whose
     writes all go to the returned log."""
-    engine = Engine(EngineConfig(handle_prefix="H"))
+    engine = Engine(EngineConfig(id_prefix="H"))
     server = GearmanServer(Runtime(engine, asyncio.get_running_loop()), GearmanOptions())
     log: list[tuple[str, bytes]] = []
     conns = []

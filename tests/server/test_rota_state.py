@@ -78,7 +78,7 @@ def test_a_spec_that_cannot_be_saved_is_not_registered(tmp_path: Path) -> None:
 
 def test_heartbeats_renew_a_lease_once_half_of_it_is_gone() -> None:
     clock = FakeClock()
-    engine = Engine(EngineConfig(handle_prefix="H:t"), clock=clock)
+    engine = Engine(EngineConfig(id_prefix="H:t"), clock=clock)
     handler = RecordingHandler()
     worker = WorkerSession("rota:1", handler, protocol="rota", dispatch=Dispatch.PUSH)
     engine.add_worker(worker)

@@ -561,7 +561,7 @@ class IdleWorker:
 
 def test_engine_replay_counts_active_attempts_and_keeps_handles_unique(tmp_path: Path) -> None:
     path = tmp_path / "jobs.db"
-    config = EngineConfig(handle_prefix="H:test")
+    config = EngineConfig(id_prefix="H:test")
     store = SQLiteStore(path)
     engine = Engine(config, journal=store)
 

@@ -65,7 +65,7 @@ class EngineConfig:
     wakeup_fallback: float = 0.5
     #: Ids the engine gives are PREFIX:N (`jobwire.engine.jobindex`), as gearmand's handles
     #: H:<host>:N are; PREFIX defaults to H:<host>.
-    handle_prefix: str = ""
+    id_prefix: str = ""
     #: Seconds a finished job stays visible to status queries; 0 forgets it at once.
     retain_finished: float = 0.0
     #: At most this many finished jobs are kept (oldest forgotten first), whatever their
@@ -73,8 +73,8 @@ class EngineConfig:
     retain_finished_max: int = 100_000
 
     def __post_init__(self) -> None:
-        if not self.handle_prefix:
-            self.handle_prefix = f"H:{socket.gethostname()}"
+        if not self.id_prefix:
+            self.id_prefix = f"H:{socket.gethostname()}"
 
 
 class QueueInfo:
@@ -149,7 +149,7 @@ def _best_of(lanes: list[Lane]) -> Lane | None:
 
 #: Job numbers reserved at a time (`Engine._reserve_numbers`): one journal write per block.
 NUMBER_BLOCK: Final = 100_000
-#: "000" to "999": the last three digits of a job id (`Engine.next_handle`).
+#: "000" to "999": the last three digits of a job id (`Engine.next_id`).
 _LAST_DIGITS: Final = [f"{low:03d}" for low in range(1000)]
 
 
@@ -168,8 +168,8 @@ class Engine:
         self._durable = journal is not None and journal.durable
         # A durable store is told of every job: natively, where it is compiled with us.
         self._journal: Journal = journal_of(journal) if journal is not None else Journal()
-        self._handle_prefix = self.config.handle_prefix + ":"
-        self.jobs = JobIndex(self._handle_prefix)
+        self._id_prefix = self.config.id_prefix + ":"
+        self.jobs = JobIndex(self._id_prefix)
         self.uniques: dict[UniqueKey, Job] = {}
         self.functions: dict[str, FunctionInfo] = {}
         # Grows when a lane is made or a function dropped: workers then find their lanes
@@ -180,12 +180,12 @@ class Engine:
         self.timers = TimerHeap()
         # Plain integers, not itertools.count: next() is a generic call in compiled code.
         self._last_seq = 0
-        self._last_handle = 0
-        # The ids of one thousand numbers share their head (`next_handle`): the block of
+        self._last_number = 0
+        # The ids of one thousand numbers share their head (`next_id`): the block of
         # numbers it is for, and the head, `PREFIX:` and the number without its last three
         # digits.
-        self._handle_block: i64 = 0
-        self._handle_head = ""
+        self._id_block: i64 = 0
+        self._id_head = ""
         # Numbers up to this one may have been given out before a restart: the journal
         # keeps it, raised a block at a time (`_reserve_numbers`), so no id is ever reused.
         self._numbers_reserved = 0
@@ -200,23 +200,23 @@ class Engine:
 
     # ------------------------------------------------------------------ ids and registry
 
-    def next_handle(self) -> str:
-        """The id of the next job the engine numbers (`_last_handle` is its number).
+    def next_id(self) -> str:
+        """The id of the next job the engine numbers (`_last_number` is its number).
 
         `PREFIX:N` is the head of N's block of a thousand numbers and N's last three digits,
         each made once: formatting N and joining it to the prefix cost 2.5 times more.
         """
-        number: i64 = self._last_handle + 1
-        self._last_handle = number
+        number: i64 = self._last_number + 1
+        self._last_number = number
         if number > self._numbers_reserved:
             self._reserve_numbers(number)
         if number < 1000:
-            return f"{self._handle_prefix}{number}"
+            return f"{self._id_prefix}{number}"
         block = number // 1000
-        if block != self._handle_block:  # also after `_last_handle` moved (replay)
-            self._handle_block = block
-            self._handle_head = f"{self._handle_prefix}{block}"
-        return self._handle_head + _LAST_DIGITS[number % 1000]
+        if block != self._id_block:  # also after `_last_number` moved (replay)
+            self._id_block = block
+            self._id_head = f"{self._id_prefix}{block}"
+        return self._id_head + _LAST_DIGITS[number % 1000]
 
     def _reserve_numbers(self, number: int) -> None:
         """Numbers up to a block past `number` may be given out: a durable journal keeps the
@@ -259,10 +259,10 @@ class Engine:
             if info is not None:
                 info.lanes.pop(name, None)
 
-    def set_max_queue(self, name: str, high: int, normal: int, low: int) -> None:
+    def set_queue_limits(self, name: str, high: int, normal: int, low: int) -> None:
         fn = self.functions.get(name)
         if fn is not None:
-            fn.max_queue = (high, normal, low)
+            fn.queue_limits = (high, normal, low)
 
     # ------------------------------------------------------------------ submission
 
@@ -304,12 +304,12 @@ class Engine:
                 self._join(existing, background, subscriber)
                 return existing, False
         fn = self.functions.get(function) or self.function(function)
-        if fn.max_queue is not None:
-            self._check_max_queue(fn, priority)
+        if fn.queue_limits is not None:
+            self._check_queue_limits(fn, priority)
         now = self.clock()
         numbered = job_id is None
         if job_id is None:
-            job_id = self.next_handle()
+            job_id = self.next_id()
         job = Job(
             job_id,
             function,
@@ -325,7 +325,7 @@ class Engine:
         job.reducer = reducer
         job.ext = ext
         if numbered:
-            job.number = self._last_handle
+            job.number = self._last_number
         self.jobs.add(job)
         if key is not None:
             self.uniques[key] = job
@@ -365,10 +365,10 @@ class Engine:
                 self._join(existing, background, subscriber)
                 return existing, False
         fn = self.functions.get(function) or self.function(function)
-        if fn.max_queue is not None:
-            self._check_max_queue(fn, priority)
+        if fn.queue_limits is not None:
+            self._check_queue_limits(fn, priority)
         job = Job(
-            self.next_handle(),
+            self.next_id(),
             function,
             payload,
             None,
@@ -379,7 +379,7 @@ class Engine:
         )
         if self.config.job_retries is not None:
             job.max_attempts = self.config.job_retries
-        job.number = self._last_handle
+        job.number = self._last_number
         self.jobs.add(job)
         if key is not None:
             self.uniques[key] = job
@@ -408,9 +408,9 @@ class Engine:
             scheduled = job.state is JobState.SCHEDULED
             self._observe("job.scheduled" if scheduled else "job.enqueued", job)
 
-    def _check_max_queue(self, fn: FunctionInfo, priority: int) -> None:
-        assert fn.max_queue is not None
-        high, normal, low = fn.max_queue
+    def _check_queue_limits(self, fn: FunctionInfo, priority: int) -> None:
+        assert fn.queue_limits is not None
+        high, normal, low = fn.queue_limits
         if priority >= PRIORITY_HIGH:
             limit = high
         elif priority <= PRIORITY_LOW:
@@ -993,7 +993,7 @@ class Engine:
         """Put a store's jobs back into the queues (start-up); jobs that were active count
         that attempt. `numbers_reserved`: the journal's ceiling of job numbers given out
         (`_reserve_numbers`), above which new ids start."""
-        self._last_handle = max(self._last_handle, numbers_reserved)
+        self._last_number = max(self._last_number, numbers_reserved)
         self._numbers_reserved = max(self._numbers_reserved, numbers_reserved)
         jobs = []
         for row in rows:
@@ -1011,7 +1011,7 @@ class Engine:
     def restore(self, jobs: Iterable[Job]) -> int:
         """Put jobs read back from the store into the queues (start-up replay)."""
         count = 0
-        # New handles must not reuse the numbers of replayed jobs (PREFIX:N).
+        # New ids must not reuse the numbers of replayed jobs (PREFIX:N).
         top = 0
         index = self.jobs
         for job in jobs:
@@ -1030,5 +1030,5 @@ class Engine:
                 self._make_available(job, fn)
             count += 1
         if top:
-            self._last_handle = max(top, self._last_handle)
+            self._last_number = max(top, self._last_number)
         return count

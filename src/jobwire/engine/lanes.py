@@ -202,8 +202,8 @@ class FunctionInfo:
     __slots__ = (
         "fallback_armed",
         "lanes",
-        "max_queue",
         "name",
+        "queue_limits",
         "running",
         "scheduled",
         "waiters",
@@ -219,7 +219,7 @@ class FunctionInfo:
         # Sessions asleep or with push credit, waiting to be told about work, in wake order.
         self.waiters: dict[WorkerSession, None] = {}
         # Gearman maxqueue per band (high, normal, low); 0 or less means unlimited.
-        self.max_queue: tuple[int, int, int] | None = None
+        self.queue_limits: tuple[int, int, int] | None = None
         # A timer will check that woken workers took the work (see Engine._on_wake_fallback).
         self.fallback_armed = False
 

@@ -19,6 +19,7 @@ from jobwire.server.gearman import GearmanOptions, GearmanServer
 from jobwire.server.ojs.app import OJSOptions, OJSService
 from jobwire.server.rota import RotaOptions, RotaService
 from jobwire.server.runtime import BUSY_POLL, Runtime
+from jobwire.server.zmq import ZmqOptions, ZmqServer
 from jobwire.store import DEFAULT_STORE
 from jobwire.store.base import MemoryStore
 
@@ -40,6 +41,7 @@ class ServerConfig:
     gearman: GearmanOptions = field(default_factory=GearmanOptions)
     ojs: OJSOptions = field(default_factory=OJSOptions)
     rota: RotaOptions = field(default_factory=RotaOptions)
+    zmq: ZmqOptions = field(default_factory=lambda: ZmqOptions(endpoint=None))
 
 
 def open_store(
@@ -154,6 +156,14 @@ class Server:
                 config.http_port,
             )
             log.info("jobwire listening on %s:%d (http)", config.listen, config.http_port)
+        zmq_server = None
+        if config.zmq.endpoint or (config.zmq.ppp_frontend and config.zmq.ppp_backend):
+            zmq_server = ZmqServer(runtime, config.zmq)
+            try:
+                zmq_server.start()
+            except zmq_error() as exc:
+                zmq_server.close()
+                raise SystemExit(f"jobwire: cannot listen for ZeroMQ: {exc}") from exc
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         log.info("jobwire listening on %s:%d (gearman)", config.listen, config.port)
@@ -169,6 +179,8 @@ class Server:
             await asyncio.sleep(0)
             if http is not None:
                 await http.cleanup()
+            if zmq_server is not None:
+                zmq_server.close()
             if ojs is not None:
                 ojs.close()
             runtime.close()
@@ -178,6 +190,12 @@ class Server:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def zmq_error() -> type[Exception]:
+    import zmq
+
+    return zmq.ZMQError
 
 
 def run(config: ServerConfig) -> None:

@@ -107,7 +107,7 @@ def _prefix(job_id: str, number: int) -> str | None:
 class FrameBuilder:
     """One batch's frame, built as the store is told of its changes; `finish` encodes it.
 
-    The engine numbers every id it makes from one prefix (`Engine.next_handle`; replayed
+    The engine numbers every id it makes from one prefix (`Engine.next_id`; replayed
     jobs keep a number only when their id has that prefix), so a run of jobs with
     consecutive numbers needs only the first job's id.
     """

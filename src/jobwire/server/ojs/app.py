@@ -13,12 +13,13 @@ liveness, cron).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
@@ -182,7 +183,7 @@ class OJSService:
         if raw is None:
             return
         try:
-            self.events.restore([Event(**fields) for fields in orjson.loads(raw)])
+            self.events.restore([Event(**fields) for fields in json.loads(raw)])
         except (TypeError, ValueError) as exc:
             log.error("the event log cannot be restored: %s", exc)
 
@@ -196,8 +197,15 @@ class OJSService:
         seq = self.events.last_seq
         if seq != self._events_saved:
             self._events_saved = seq
-            snapshot = orjson.dumps(self.events.snapshot(), default=str)
-            self._kv.kv_put(EVENTS_NAMESPACE, EVENTS_KEY, snapshot)
+            try:
+                # json, not orjson: names may hold the surrogates that stand for bytes that
+                # are not UTF-8 (Gearman function names), which json keeps and orjson refuses.
+                events = [dataclasses.asdict(event) for event in self.events.snapshot()]
+                snapshot = json.dumps(events, default=str).encode()
+            except (TypeError, ValueError):
+                log.exception("the event log cannot be saved")
+            else:
+                self._kv.kv_put(EVENTS_NAMESPACE, EVENTS_KEY, snapshot)
         if _when:  # from the timer: again later
             self.engine.timers.add(_when + EVENTS_SAVE_EVERY, self._save_events, None)
 

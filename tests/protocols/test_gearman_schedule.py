@@ -1,4 +1,4 @@
-"""Next run times for SUBMIT_JOB_SCHED's crontab-like fields (engine/schedule.py).
+"""Next run times for SUBMIT_JOB_SCHED's crontab-like fields (protocols/gearman/schedule.py).
 
 Times are local, so every test pins the process time zone and restores it afterwards.
 """
@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from jobwire.engine.schedule import RANGES, next_run, parse_field
+from jobwire.protocols.gearman.schedule import RANGES, next_run, parse_field
 
 #: US Eastern with its DST rules, as a POSIX TZ string (needs no tz database).
 EASTERN = "EST5EDT,M3.2.0,M11.1.0"

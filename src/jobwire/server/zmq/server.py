@@ -1,0 +1,117 @@
+"""The ZeroMQ listener: Majordomo 0.1/0.2 with MMI and Titanic on one ROUTER, and an
+optional Paranoid Pirate queue on two more, all on the server's event loop and engine."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import zmq
+
+from jobwire.ports import key_value_store
+from jobwire.server.runtime import Runtime
+from jobwire.server.zmq.majordomo import MajordomoBroker
+from jobwire.server.zmq.pirate import PirateQueue
+from jobwire.server.zmq.sockets import RouterSocket
+from jobwire.server.zmq.titanic import Titanic
+
+log = logging.getLogger("jobwire.zmq")
+
+
+@dataclass(slots=True)
+class ZmqOptions:
+    #: tcp://ADDRESS:PORT of the Majordomo ROUTER; None: no ZeroMQ listener.
+    endpoint: str | None = "tcp://127.0.0.1:5555"
+    #: Seconds between heartbeats (MDP), and heartbeats missed before a worker is dead.
+    heartbeat: float = 2.5
+    liveness: int = 3
+    #: Seconds a request for a service nobody serves waits before its error reply.
+    request_timeout: float = 60.0
+    #: Larger messages close the sender's connection (ZMQ_MAXMSGSIZE).
+    max_message: int = 64 * 1024 * 1024
+    #: The Paranoid Pirate queue's endpoints (None: off), heartbeat and function.
+    ppp_frontend: str | None = None
+    ppp_backend: str | None = None
+    ppp_heartbeat: float = 1.0
+    ppp_function: str = "ppp"
+
+
+class ZmqServer:
+    def __init__(self, runtime: Runtime, options: ZmqOptions) -> None:
+        self.runtime = runtime
+        self.options = options
+        self.context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        self.titanic = Titanic(runtime, key_value_store(runtime.store))
+        self.broker = MajordomoBroker(self)
+        self.pirate = PirateQueue(self)
+        self.router: RouterSocket | None = None
+        self._timers: list[asyncio.TimerHandle] = []
+
+    def start(self) -> None:
+        """Bind the sockets (raises zmq.ZMQError if an endpoint is taken) and start beating."""
+        loop = self.runtime.loop
+        options = self.options
+        note_read = self.runtime.note_read
+        if options.endpoint:
+            self.router = RouterSocket(
+                self.context,
+                loop,
+                options.endpoint,
+                self.broker.handle,
+                max_message=options.max_message,
+                on_read=note_read,
+            )
+            log.info("jobwire listening on %s (zeromq: majordomo, titanic)", self.router.endpoint)
+            self._every(options.heartbeat, self.broker.tick)
+        if options.ppp_frontend and options.ppp_backend:
+            self.pirate.frontend = RouterSocket(
+                self.context,
+                loop,
+                options.ppp_frontend,
+                self.pirate.client_message,
+                max_message=options.max_message,
+                on_read=note_read,
+            )
+            self.pirate.backend = RouterSocket(
+                self.context,
+                loop,
+                options.ppp_backend,
+                self.pirate.worker_message,
+                max_message=options.max_message,
+                on_read=note_read,
+            )
+            log.info(
+                "jobwire listening on %s and %s (zeromq: paranoid pirate)",
+                self.pirate.frontend.endpoint,
+                self.pirate.backend.endpoint,
+            )
+            self._every(options.ppp_heartbeat, self.pirate.tick)
+
+    def _every(self, seconds: float, tick: Callable[[], None]) -> None:
+        loop = self.runtime.loop
+        index = len(self._timers)
+
+        def fire() -> None:
+            try:
+                tick()
+            except Exception:
+                log.exception("zeromq heartbeat failed")
+            self._timers[index] = loop.call_later(seconds, fire)
+
+        self._timers.append(loop.call_later(seconds, fire))
+
+    def router_send(self, identity: bytes, frames: list[bytes]) -> None:
+        if self.router is not None:
+            self.router.send(identity, frames)
+
+    def close(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        self.broker.close()
+        self.pirate.close()
+        for sock in (self.router, self.pirate.frontend, self.pirate.backend):
+            if sock is not None:
+                sock.close()
+        self.context.term()

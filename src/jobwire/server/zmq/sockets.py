@@ -1,0 +1,104 @@
+"""A ZeroMQ ROUTER socket on the server's event loop, without futures.
+
+pyzmq's `zmq.asyncio` makes a future per receive; the leanest integration (the one pyzmq's
+maintainer suggests, and the faster one here: bench/zmq_integration.py) watches the
+socket's file descriptor with `loop.add_reader` and drains it with non-blocking receives.
+The descriptor is edge-triggered: it signals when messages *become* readable, so every
+wake-up drains until EAGAIN, and since a send may consume that signal, the socket is
+checked again at the end of any loop turn that sent something.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import zmq
+
+log = logging.getLogger("jobwire.zmq")
+
+#: Messages handled per wake-up before other callbacks get the loop (fairness).
+BATCH = 512
+
+Handler = Callable[[bytes, list[bytes]], None]
+
+
+class RouterSocket:
+    """One bound ROUTER; `handler(identity, frames)` for every message received."""
+
+    def __init__(
+        self,
+        context: zmq.Context[zmq.Socket[bytes]],
+        loop: asyncio.AbstractEventLoop,
+        endpoint: str,
+        handler: Handler,
+        *,
+        max_message: int,
+        identity: bytes | None = None,
+        on_read: Callable[[], None] | None = None,
+    ) -> None:
+        self.loop = loop
+        self.handler = handler
+        self.on_read = on_read
+        sock = context.socket(zmq.ROUTER)
+        sock.setsockopt(zmq.LINGER, 0)
+        # A message larger than this closes the sender's connection (libzmq's rule).
+        sock.setsockopt(zmq.MAXMSGSIZE, max_message)
+        sock.setsockopt(zmq.SNDHWM, 100_000)
+        sock.setsockopt(zmq.RCVHWM, 100_000)
+        if identity is not None:
+            sock.setsockopt(zmq.IDENTITY, identity)
+        sock.bind(endpoint)
+        self.sock = sock
+        self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._fd: int = sock.getsockopt(zmq.FD)  # type: ignore[assignment]
+        self._check_due = False
+        self.closed = False
+        loop.add_reader(self._fd, self._readable)
+        loop.call_soon(self._readable)  # messages may have arrived before we watched
+
+    def _readable(self) -> None:
+        self._check_due = False
+        if self.closed:
+            return
+        sock = self.sock
+        for _ in range(BATCH):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except zmq.ZMQError as exc:  # the socket is closing
+                log.debug("receive failed on %s: %s", self.endpoint, exc)
+                return
+            if self.on_read is not None:
+                self.on_read()
+            if len(frames) < 1:
+                continue
+            try:
+                self.handler(frames[0], frames[1:])
+            except Exception:  # one bad message must not stop the socket
+                log.exception("handling a message on %s failed", self.endpoint)
+        self._schedule_check()  # more may be waiting: go on after other callbacks
+
+    def send(self, identity: bytes, frames: list[bytes]) -> None:
+        """Send to a peer; dropped if the peer is gone or not reading (ROUTER's rule)."""
+        if self.closed:
+            return
+        try:
+            self.sock.send_multipart([identity, *frames], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            log.debug("dropped a message to %r: %s", identity[:32], exc)
+        self._schedule_check()
+
+    def _schedule_check(self) -> None:
+        if not self._check_due:
+            self._check_due = True
+            self.loop.call_soon(self._readable)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.loop.remove_reader(self._fd)
+        self.sock.close(linger=0)
