@@ -210,6 +210,18 @@ def _setup_logging(log_file: str, verbose: str) -> None:
     "--ppp-function", default="ppp", show_default=True, help="The function of PPP requests."
 )
 @click.option(
+    "--freelance-port",
+    type=click.IntRange(min=0, max=65535),
+    default=0,
+    show_default=True,
+    help="ZeroMQ port of the Freelance server (RFC 10); 0 disables it.",
+)
+@click.option(
+    "--freelance-endpoint",
+    default=None,
+    help="The Freelance server's public endpoint, its identity [default: tcp://ADDR:PORT].",
+)
+@click.option(
     "--rota-heartbeat-timeout",
     type=click.FloatRange(min=0, min_open=True),
     default=5.0,
@@ -268,6 +280,8 @@ def serve(
     ppp_frontend: str | None,
     ppp_backend: str | None,
     ppp_function: str,
+    freelance_port: int,
+    freelance_endpoint: str | None,
     rota_heartbeat_timeout: float,
     rota_max_message: int,
     rota_logs: bool,
@@ -326,6 +340,10 @@ def serve(
             ppp_frontend=ppp_frontend,
             ppp_backend=ppp_backend,
             ppp_function=ppp_function,
+            freelance_bind=(
+                f"tcp://{zmq_listen or listen}:{freelance_port}" if freelance_port else None
+            ),
+            freelance_endpoint=freelance_endpoint,
         ),
         gearman=GearmanOptions(
             exceptions=exceptions,

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobwire.protocols.zmq import frames, mdp, ppp, services
+from jobwire.protocols.zmq import frames, freelance, mdp, ppp, services
 from jobwire.protocols.zmq.mdp import MdpError, Version
 
 V1, V2 = Version.V1, Version.V2
@@ -131,3 +131,22 @@ def test_internal_service_names() -> None:
     assert services.is_uuid(b"0123456789abcdef0123456789abcdef")
     assert not services.is_uuid(b"0123456789ABCDEF0123456789ABCDEF")
     assert not services.is_uuid(b"short")
+
+
+@given(st.booleans(), name, name, body)
+def test_freelance_requests_and_replies(
+    dealer: bool, control: bytes, service: bytes, parts: list[bytes]
+) -> None:
+    """A control frame is never empty: an empty first frame is the DEALER envelope."""
+    envelope = [b""] if dealer else []
+    message = freelance.decode([*envelope, control, service, *parts])
+    assert message == freelance.Request(tuple(envelope), control, service, tuple(parts))
+    assert freelance.reply(message, [b"r"]) == [*envelope, control, b"r"]
+    ping = freelance.decode([*envelope, freelance.PING])
+    assert freelance.pong(ping) == [*envelope, freelance.PONG]  # type: ignore[arg-type]
+
+
+@given(st.lists(frame, max_size=6))
+def test_arbitrary_frames_never_crash_the_freelance_decoder(parts: list[bytes]) -> None:
+    with contextlib.suppress(freelance.FreelanceError):
+        freelance.decode(parts)

@@ -157,7 +157,12 @@ class Server:
             )
             log.info("jobwire listening on %s:%d (http)", config.listen, config.http_port)
         zmq_server = None
-        if config.zmq.endpoint or (config.zmq.ppp_frontend and config.zmq.ppp_backend):
+        zmq_options = config.zmq
+        if (
+            zmq_options.endpoint
+            or (zmq_options.ppp_frontend and zmq_options.ppp_backend)
+            or zmq_options.freelance_bind
+        ):
             zmq_server = ZmqServer(runtime, config.zmq)
             try:
                 zmq_server.start()

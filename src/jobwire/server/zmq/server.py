@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import zmq
-
 from jobwire.ports import key_value_store
 from jobwire.server.runtime import Runtime
+from jobwire.server.zmq.freelance import FreelanceServer
 from jobwire.server.zmq.majordomo import MajordomoBroker
 from jobwire.server.zmq.pirate import PirateQueue
 from jobwire.server.zmq.sockets import RouterSocket
@@ -36,6 +36,10 @@ class ZmqOptions:
     ppp_backend: str | None = None
     ppp_heartbeat: float = 1.0
     ppp_function: str = "ppp"
+    #: The Freelance ROUTER's bind endpoint (None: off) and its identity, the public
+    #: endpoint clients connect to (None: the bind endpoint).
+    freelance_bind: str | None = None
+    freelance_endpoint: str | None = None
 
 
 class ZmqServer:
@@ -46,6 +50,7 @@ class ZmqServer:
         self.titanic = Titanic(runtime, key_value_store(runtime.store))
         self.broker = MajordomoBroker(self)
         self.pirate = PirateQueue(self)
+        self.freelance = FreelanceServer(runtime.engine)
         self.router: RouterSocket | None = None
         self._timers: list[asyncio.TimerHandle] = []
 
@@ -88,6 +93,22 @@ class ZmqServer:
                 self.pirate.backend.endpoint,
             )
             self._every(options.ppp_heartbeat, self.pirate.tick)
+        if options.freelance_bind:
+            identity = options.freelance_endpoint or options.freelance_bind
+            self.freelance.socket = RouterSocket(
+                self.context,
+                loop,
+                options.freelance_bind,
+                self.freelance.handle,
+                max_message=options.max_message,
+                identity=identity.encode(),
+                on_read=note_read,
+            )
+            log.info(
+                "jobwire listening on %s (zeromq: freelance, identity %s)",
+                self.freelance.socket.endpoint,
+                identity,
+            )
 
     def _every(self, seconds: float, tick: Callable[[], None]) -> None:
         loop = self.runtime.loop
@@ -111,7 +132,8 @@ class ZmqServer:
             timer.cancel()
         self.broker.close()
         self.pirate.close()
-        for sock in (self.router, self.pirate.frontend, self.pirate.backend):
+        sockets = (self.router, self.pirate.frontend, self.pirate.backend, self.freelance.socket)
+        for sock in sockets:
             if sock is not None:
                 sock.close()
         self.context.term()
