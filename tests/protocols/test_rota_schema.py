@@ -121,6 +121,6 @@ def _doc_examples() -> list[dict[str, Any]]:
 
 def test_the_documents_examples_are_valid() -> None:
     examples = _doc_examples()
-    assert len(examples) >= 1
+    assert len(examples) >= 4
     for example in examples:
         VALIDATOR.validate(example)
