@@ -229,6 +229,13 @@ def _setup_logging(log_file: str, verbose: str) -> None:
     help="Seconds a /work WebSocket worker may stay silent before its jobs are requeued.",
 )
 @click.option(
+    "--rota-beat-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Seconds without a message to a /work worker after which the server sends a beat.",
+)
+@click.option(
     "--rota-max-message",
     type=click.IntRange(min=1024),
     default=1024 * 1024,
@@ -283,6 +290,7 @@ def serve(
     freelance_port: int,
     freelance_endpoint: str | None,
     rota_heartbeat_timeout: float,
+    rota_beat_interval: float,
     rota_max_message: int,
     rota_logs: bool,
     rota_spec_file: Path | None,
@@ -327,6 +335,7 @@ def serve(
         ),
         rota=RotaOptions(
             heartbeat_timeout=rota_heartbeat_timeout,
+            beat_interval=rota_beat_interval,
             max_message=rota_max_message,
             logs=rota_logs,
             spec_file=rota_spec_file,

@@ -1,7 +1,8 @@
-"""`jobwire worker-state ID quiet|terminate|running`: an operator directs an OJS worker.
+"""`jobwire worker-state ID quiet|terminate|running`: an operator directs a worker.
 
-It calls the server's HTTP admin endpoint `POST /ojs/v1/admin/workers/{id}/state`; the
-worker learns its new state from its next heartbeat reply.
+It calls the server's HTTP admin endpoint `POST /ojs/v1/admin/workers/{id}/state`. An OJS
+worker learns its new state from its next heartbeat reply; a Rota worker (id `rota:N`) is
+sent it over its `/work` socket at once.
 """
 
 from __future__ import annotations
@@ -49,6 +50,6 @@ def set_worker_state(
     "--url", default=DEFAULT_URL, show_default=True, help="The jobwire server's HTTP address."
 )
 def worker_state_command(worker_id: str, state: str, url: str) -> None:
-    """Tell OJS worker WORKER_ID to go quiet, terminate, or run again (after quiet)."""
+    """Tell worker WORKER_ID (OJS, or Rota `rota:N`) to go quiet, terminate, or run again."""
     worker = set_worker_state(url, worker_id, state)
     click.echo(f"{worker.get('worker_id', worker_id)}: {worker.get('state', state)}")

@@ -13,12 +13,19 @@ progress, logs, results. Results and alerts go out at once, and so does a batch 
 that grew past `batch_bytes`. The server never assigns more than `wants` jobs in all.
 
 Reliability: a dropped connection is reopened with exponential backoff (`reconnect_base`
-doubling up to `reconnect_cap`). Jobs that ran on the old connection still finish, but their
-results are dropped: the server already gave those jobs back to the queue.
+doubling up to `reconnect_cap`, reset once a connection was welcomed), as the Gearman
+`Worker` does. A server that says nothing for `server_timeout` seconds (default: the larger of
+its `heartbeat_timeout` and three of its `beat_interval`s) is gone too: the worker registers
+with revision 2, so the server sends a `beat` whenever it has nothing else to say. Jobs that
+ran on the old connection still finish, but their results are dropped: the server already
+gave those jobs back to the queue.
 
 Lifecycle as the Gearman worker: SIGTERM/SIGINT quiet the worker (wants 0), wait up to
 `grace_period` for running jobs, then fail the rest as retryable and exit; SIGTSTP/SIGCONT
-make it quiet and running again.
+make it quiet and running again. The server's `state` messages (an operator's `jobwire
+worker-state rota:N ...`) do the same: `quiet` as SIGTSTP, `running` as SIGCONT, `terminate`
+as SIGTERM. Before it exits, the worker sends the results it still has and waits (up to
+`connect_timeout`) for the server's answer to them: their `ack`, so they are durable.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ import aiohttp
 
 from jobwire.protocols.rota import (
     ALERT_LEVELS,
+    REVISION,
+    Ack,
     Alert,
     Assignment,
     ErrorMessage,
@@ -50,6 +59,7 @@ from jobwire.protocols.rota import (
     Result,
     Revoke,
     RotaError,
+    SetState,
     SpecRef,
     SpecsChanged,
     Status,
@@ -123,6 +133,7 @@ class RotaWorker(Lifecycle[RotaJob]):
         connect_timeout: float = 10.0,
         batch_bytes: int = 64 * 1024,
         hostname: str | None = None,
+        server_timeout: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -136,6 +147,8 @@ class RotaWorker(Lifecycle[RotaJob]):
         self.connect_timeout = connect_timeout
         self.batch_bytes = batch_bytes
         self.hostname = hostname or socket.gethostname()
+        #: Seconds of silence after which the server is taken for gone; None: from the welcome.
+        self.server_timeout = server_timeout
         self.tasks: dict[str, _Task] = {}
         #: The server's id for this worker and its verdict on each spec (from the welcome).
         self.worker_id: str | None = None
@@ -150,6 +163,14 @@ class RotaWorker(Lifecycle[RotaJob]):
         self._results: list[Result] = []
         self._batched = 0  # rough bytes of status waiting for the next heartbeat
         self._seq = 0
+        #: Heartbeats whose results the server has not answered yet: seq -> results left.
+        self._unanswered: dict[int, int] = {}
+        self._answered: asyncio.Event | None = None
+        #: Seconds of server silence that end the connection (None: no limit), per connection.
+        self._silence_limit: float | None = None
+        #: Connections the server welcomed, and those given up because it went silent.
+        self.registrations = 0
+        self.server_silences = 0
         self._wake: asyncio.Event | None = None
         self._sampled = (time.monotonic(), time.process_time())
 
@@ -187,6 +208,7 @@ class RotaWorker(Lifecycle[RotaJob]):
         if not self.tasks:
             raise ValueError("the worker has no tasks")
         self._wake = asyncio.Event()
+        self._answered = asyncio.Event()
         self._begin()
         assert self._stop is not None
         maintainer = asyncio.create_task(self._maintain(), name="rota worker connection")
@@ -219,10 +241,38 @@ class RotaWorker(Lifecycle[RotaJob]):
             ),
             "giving back",
         )
+        await self._last_results()
         maintainer.cancel()
         await asyncio.gather(maintainer, return_exceptions=True)
         self.state = WorkerState.TERMINATED
         log.info("stopped")
+
+    async def _last_results(self) -> None:
+        """Send what results are left and wait (up to `connect_timeout`) until the server
+        has answered every result sent: acknowledged as durable, or refused."""
+        ws = self._ws
+        if ws is None:
+            return
+        if self._results:
+            await self._send(ws, self._heartbeat())
+        assert self._answered is not None
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.connect_timeout):
+                while self._unanswered and self._ws is ws:
+                    self._answered.clear()
+                    await self._answered.wait()
+
+    def _answer(self, seq: int | None, results: int) -> None:
+        """The server answered `results` of heartbeat `seq`'s results (an ack: all)."""
+        if seq is None or seq not in self._unanswered:
+            return
+        left = self._unanswered[seq] - results
+        if left > 0:
+            self._unanswered[seq] = left
+        else:
+            del self._unanswered[seq]
+        assert self._answered is not None
+        self._answered.set()
 
     # ------------------------------------------------------------ the connection
 
@@ -231,7 +281,7 @@ class RotaWorker(Lifecycle[RotaJob]):
         delay = self.reconnect_base
         timeout = aiohttp.ClientWSTimeout(ws_close=self.connect_timeout)
         async with aiohttp.ClientSession() as session:
-            while True:
+            while not self._stopping:
                 try:
                     async with asyncio.timeout(self.connect_timeout):
                         ws = await session.ws_connect(self.url, timeout=timeout, max_msg_size=0)
@@ -244,8 +294,15 @@ class RotaWorker(Lifecycle[RotaJob]):
                     log.warning(
                         "lost %s (%s); reconnecting in %.2gs", self.url, ws.close_code, delay
                     )
+                if self._stopping:
+                    break  # results of a new connection's jobs could not be sent anyway
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self.reconnect_cap)
+        await asyncio.Event().wait()  # stopping: `_shutdown` cancels us
+
+    @property
+    def _stopping(self) -> bool:
+        return self._stop is not None and self._stop.is_set()
 
     async def _serve_connection(self, ws: aiohttp.ClientWebSocketResponse) -> bool:
         """Register, then read until the socket closes; True if the server welcomed us."""
@@ -255,13 +312,24 @@ class RotaWorker(Lifecycle[RotaJob]):
         self._progress.clear()
         self._logs.clear()
         self._results.clear()
+        self._unanswered.clear()
         self._batched = 0
+        self._silence_limit = None
         welcomed = False
         sender: asyncio.Task[None] | None = None
         try:
             await self._send(ws, self._heartbeat(register=True))
             sender = asyncio.create_task(self._heartbeats(ws), name="rota heartbeats")
-            async for msg in ws:
+            while True:
+                try:
+                    msg = await ws.receive(timeout=self._silence_limit)
+                except TimeoutError:
+                    self.server_silences += 1
+                    log.warning("the server is silent (%.3gs): it is gone", self._silence_limit)
+                    await self._abandon(ws)
+                    break
+                if msg.type in _CLOSED:
+                    break
                 if msg.type is not aiohttp.WSMsgType.TEXT:
                     continue
                 try:
@@ -275,6 +343,9 @@ class RotaWorker(Lifecycle[RotaJob]):
             log.debug("connection error: %r", exc)
         finally:
             self._ws = None
+            self._unanswered.clear()
+            if self._answered is not None:
+                self._answered.set()
             if sender is not None:
                 sender.cancel()
                 await asyncio.gather(sender, return_exceptions=True)
@@ -282,6 +353,12 @@ class RotaWorker(Lifecycle[RotaJob]):
                 with contextlib.suppress(Exception):
                     await ws.close()
         return welcomed
+
+    async def _abandon(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        """Close a connection to a silent server without waiting long for its answer."""
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(min(1.0, self.connect_timeout)):
+                await ws.close(code=aiohttp.WSCloseCode.GOING_AWAY)
 
     async def _heartbeats(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         assert self._wake is not None
@@ -326,8 +403,11 @@ class RotaWorker(Lifecycle[RotaJob]):
                 pid=os.getpid(),
                 queues=tuple(self.queues) if self.queues is not None else None,
                 specs=tuple(SpecRef(t.name, t.checksum) for t in self.tasks.values()),
+                revision=REVISION,
             )
         self._seq += 1
+        if results:
+            self._unanswered[self._seq] = len(results)
         return Heartbeat(
             seq=self._seq,
             register=registration,
@@ -341,9 +421,17 @@ class RotaWorker(Lifecycle[RotaJob]):
             self._start(message)
         elif isinstance(message, Revoke):
             self._revoke(message)
+        elif isinstance(message, Ack):
+            self._answer(message.seq, ALL)
+        elif isinstance(message, SetState):
+            self._directed(message.state)
         elif isinstance(message, Welcome):
             self.worker_id = message.worker
+            self.registrations += 1
             self._interval = min(self.heartbeat, message.heartbeat_timeout / 3)
+            self._silence_limit = self.server_timeout
+            if self._silence_limit is None and message.beat_interval is not None:
+                self._silence_limit = max(message.heartbeat_timeout, 3 * message.beat_interval)
             self._judged(message.specs)
             log.info("registered with %s as %s", self.url, message.worker)
         elif isinstance(message, SpecsChanged):
@@ -351,6 +439,20 @@ class RotaWorker(Lifecycle[RotaJob]):
         elif isinstance(message, ErrorMessage):
             level = logging.DEBUG if message.code == "job_not_held" else logging.WARNING
             log.log(level, "server error %s: %s", message.code, message.message)
+            if message.code == "store_unavailable":
+                self._answer(message.seq, ALL)  # not durable; nothing more will come
+            elif message.job is not None:
+                self._answer(message.seq, 1)  # one result (or update) refused
+
+    def _directed(self, state: str) -> None:
+        """An operator's state, from the server."""
+        log.info("the server directs this worker to %s", state)
+        if state == "quiet":
+            self._go_quiet()
+        elif state == "running":
+            self._go_running()
+        elif state == "terminate" and not self._stopping:
+            self._request_stop()
 
     def _judged(self, verdicts: Any) -> None:
         self.specs_accepted = {v.name: v.accepted for v in verdicts}
@@ -436,6 +538,16 @@ class RotaWorker(Lifecycle[RotaJob]):
         self._batched += size
         if self._batched >= self.batch_bytes:
             self._flush_soon()
+
+
+ALL = 1 << 62  # every result of a heartbeat
+
+_CLOSED = (
+    aiohttp.WSMsgType.CLOSE,
+    aiohttp.WSMsgType.CLOSING,
+    aiohttp.WSMsgType.CLOSED,
+    aiohttp.WSMsgType.ERROR,
+)
 
 
 def _same(value: Any) -> Any:

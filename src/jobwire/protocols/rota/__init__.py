@@ -10,15 +10,17 @@ from jobwire.protocols.rota.decode import (
     decode_worker_message,
     result_bytes,
 )
-from jobwire.protocols.rota.encode import encode, job_copy_json, to_json
+from jobwire.protocols.rota.encode import encode, job_copy_json, to_json, to_wire
 from jobwire.protocols.rota.errors import FATAL, CloseCode, ErrorCode, RotaError
 from jobwire.protocols.rota.messages import (
     ALERT_LEVELS,
     NO_VALUE,
     VERSION,
+    WORKER_STATES,
     Ack,
     Alert,
     Assignment,
+    Beat,
     ErrorMessage,
     Failure,
     Heartbeat,
@@ -29,6 +31,7 @@ from jobwire.protocols.rota.messages import (
     Result,
     Revoke,
     ServerMessage,
+    SetState,
     SpecRef,
     SpecsChanged,
     SpecVerdict,
@@ -37,16 +40,20 @@ from jobwire.protocols.rota.messages import (
     Welcome,
 )
 from jobwire.protocols.rota.specs import SpecError, canonical, checksum, load_spec, validate_spec
+from jobwire.protocols.rota.wire import REVISION, schema
 
 __all__ = [
     "ALERT_LEVELS",
     "DEFAULT_MAX_MESSAGE",
     "FATAL",
     "NO_VALUE",
+    "REVISION",
     "VERSION",
+    "WORKER_STATES",
     "Ack",
     "Alert",
     "Assignment",
+    "Beat",
     "CloseCode",
     "ErrorCode",
     "ErrorMessage",
@@ -60,6 +67,7 @@ __all__ = [
     "Revoke",
     "RotaError",
     "ServerMessage",
+    "SetState",
     "SpecError",
     "SpecRef",
     "SpecVerdict",
@@ -75,6 +83,8 @@ __all__ = [
     "job_copy_json",
     "load_spec",
     "result_bytes",
+    "schema",
     "to_json",
+    "to_wire",
     "validate_spec",
 ]

@@ -1,27 +1,33 @@
-"""Bytes -> Rota messages, with every field checked.
+"""Bytes -> Rota messages: decoded and validated in one step against `wire.py`.
 
 `decode_worker_message` is the server's side (heartbeats); `decode_server_message` is the
-worker's (welcome, assignment, revoke, specs, error). Both raise `RotaError` with a code from
-`errors.ErrorCode`; the code says whether the connection can go on. Unknown fields are ignored
-(a newer peer may send more); known fields of the wrong shape are refused.
+worker's (welcome, assignment, revoke, specs, ack, error, state, beat). Both raise `RotaError`
+with a code from `errors.ErrorCode`; the code says whether the connection can go on. Unknown
+fields are ignored (a newer peer may send more); known fields of the wrong shape are refused,
+and the refusal names the field's path (`status.progress[0].current: ...`).
+
+A frame that fails the typed decode is read once more for its envelope (`v`, `type`, `seq`)
+to give the code docs/rota.md promises: a wrong `v` is `unsupported_version`, an unknown
+`type` is `unknown_type` (not fatal), anything else `invalid_message`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
+import re
 from typing import Any
 
+import msgspec
 import orjson
 
 from jobwire.protocols.json_depth import MAX_DEPTH, too_deep
+from jobwire.protocols.rota import wire
 from jobwire.protocols.rota.errors import ErrorCode, RotaError
 from jobwire.protocols.rota.messages import (
-    ALERT_LEVELS,
     VERSION,
     Ack,
     Alert,
     Assignment,
+    Beat,
     ErrorMessage,
     Failure,
     Heartbeat,
@@ -32,6 +38,7 @@ from jobwire.protocols.rota.messages import (
     Result,
     Revoke,
     ServerMessage,
+    SetState,
     SpecRef,
     SpecsChanged,
     SpecVerdict,
@@ -40,119 +47,80 @@ from jobwire.protocols.rota.messages import (
     Welcome,
 )
 
-MAX_NAME = 255  # spec, queue and host names
-MAX_ID = 1024  # job ids (OJS UUIDs, Gearman handles)
-MAX_TEXT = 64 * 1024  # messages, log lines
-MAX_WANTS = 100_000
-MAX_SAFE_INT = 2**53 - 1
 DEFAULT_MAX_MESSAGE = 1024 * 1024
 
-
-class _Fields:
-    """Typed reads of one JSON object; every refusal names the field's path."""
-
-    __slots__ = ("obj", "path", "seq")
-
-    def __init__(self, obj: dict[str, Any], path: str, seq: int | None) -> None:
-        self.obj = obj
-        self.path = path
-        self.seq = seq
-
-    def fail(self, key: str, what: str) -> RotaError:
-        where = f"{self.path}.{key}" if self.path else key
-        return RotaError(ErrorCode.INVALID_MESSAGE, f"{where} must be {what}", seq=self.seq)
-
-    def child(self, value: Any, key: str) -> _Fields:
-        if not isinstance(value, dict):
-            raise self.fail(key, "an object")
-        return _Fields(value, f"{self.path}.{key}" if self.path else key, self.seq)
-
-    def text(self, key: str, *, limit: int = MAX_NAME, empty: bool = False) -> str:
-        value = self.obj.get(key)
-        if not isinstance(value, str) or len(value) > limit or (not value and not empty):
-            size = f"at most {limit} characters"
-            raise self.fail(key, f"a {'' if empty else 'non-empty '}string of {size}")
-        return value
-
-    def opt_text(self, key: str, *, limit: int = MAX_NAME, empty: bool = False) -> str | None:
-        return None if self.obj.get(key) is None else self.text(key, limit=limit, empty=empty)
-
-    def integer(self, key: str, *, maximum: int = MAX_SAFE_INT) -> int:
-        value = self.obj.get(key)
-        if type(value) is not int or not 0 <= value <= maximum:
-            raise self.fail(key, f"an integer in [0, {maximum}]")
-        return value
-
-    def opt_integer(self, key: str, *, maximum: int = MAX_SAFE_INT) -> int | None:
-        return None if self.obj.get(key) is None else self.integer(key, maximum=maximum)
-
-    def opt_number(self, key: str) -> float | None:
-        value = self.obj.get(key)
-        if value is None:
-            return None
-        if type(value) not in (int, float) or value < 0:
-            raise self.fail(key, "a non-negative number")
-        return float(value)
-
-    def flag(self, key: str, default: bool) -> bool:
-        value = self.obj.get(key, default)
-        if not isinstance(value, bool):
-            raise self.fail(key, "true or false")
-        return value
-
-    def items(self, key: str) -> list[Any]:
-        value = self.obj.get(key)
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            raise self.fail(key, "an array")
-        return value
-
-    def objects(self, key: str) -> list[_Fields]:
-        return [self.child(item, f"{key}[{i}]") for i, item in enumerate(self.items(key))]
-
-    def names(self, key: str, *, limit: int = MAX_NAME, empty: bool = False) -> tuple[str, ...]:
-        out = []
-        for item in self.items(key):
-            if not isinstance(item, str) or len(item) > limit or (not item and not empty):
-                kind = "strings" if empty else "non-empty strings"
-                raise self.fail(key, f"an array of {kind} of at most {limit} characters")
-            out.append(item)
-        return tuple(out)
+_heartbeats = msgspec.json.Decoder(wire.Heartbeat)
+_server_messages: msgspec.json.Decoder[wire.ServerMessage] = msgspec.json.Decoder(
+    wire.ServerMessage
+)
+_envelopes = msgspec.json.Decoder(wire.Envelope)
+_AT = re.compile(r"^(.*) - at `\$\.?(.*)`$", re.DOTALL)
 
 
-def _load(data: bytes | str, max_size: int | None) -> dict[str, Any]:
+def _load(data: bytes | str, max_size: int | None, decoder: msgspec.json.Decoder[Any]) -> Any:
     if max_size is not None and len(data) > max_size:
         raise RotaError(
             ErrorCode.MESSAGE_TOO_BIG, f"message of {len(data)} bytes; the limit is {max_size}"
         )
+    # Counting the brackets is two scans in C; only a document with more of them than the
+    # depth limit is parsed once more to measure its depth (protocols/json_depth).
+    opening = (
+        data.count(b"[") + data.count(b"{")
+        if isinstance(data, bytes)
+        else data.count("[") + data.count("{")
+    )
+    if opening > MAX_DEPTH:
+        try:
+            deep = too_deep(data, orjson.loads(data), MAX_DEPTH)
+        except orjson.JSONDecodeError as exc:
+            raise RotaError(ErrorCode.MALFORMED_JSON, f"not a JSON text: {exc}") from None
+        if deep:
+            raise RotaError(ErrorCode.INVALID_MESSAGE, f"nested deeper than {MAX_DEPTH} levels")
     try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
+        return decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        raise _refusal(data, exc, decoder is _server_messages) from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise RotaError(ErrorCode.MALFORMED_JSON, f"not a JSON text: {exc}") from None
-    if too_deep(data, obj):
-        raise RotaError(ErrorCode.INVALID_MESSAGE, f"nested deeper than {MAX_DEPTH} levels")
-    if not isinstance(obj, dict):
-        raise RotaError(ErrorCode.INVALID_MESSAGE, "a message is a JSON object")
-    return obj
 
 
-def _envelope(obj: dict[str, Any]) -> tuple[str, int | None]:
-    """Check `v`, read `seq` (echoed in errors) and return the message type."""
-    seq = obj.get("seq")
-    if type(seq) is not int or not 0 <= seq <= MAX_SAFE_INT:
+def _refusal(data: bytes | str, exc: msgspec.ValidationError, from_server: bool) -> RotaError:
+    """Why a JSON frame that failed the typed decode is refused, with the promised code."""
+    try:
+        envelope = _envelopes.decode(data)
+    except msgspec.ValidationError:
+        return RotaError(ErrorCode.INVALID_MESSAGE, "a message is a JSON object")
+    seq = envelope.seq
+    if type(seq) is not int or not 0 <= seq <= wire.MAX_SAFE_INT:
         seq = None
-    version = obj.get("v")
+    version = envelope.v
     if type(version) is not int or version != VERSION:
-        raise RotaError(
+        return RotaError(
             ErrorCode.UNSUPPORTED_VERSION,
             f"this server speaks version {VERSION}; the message has v={version!r}",
             seq=seq,
         )
-    kind = obj.get("type")
+    kind = envelope.type
     if not isinstance(kind, str):
-        raise RotaError(ErrorCode.INVALID_MESSAGE, "type must be a string", seq=seq)
-    return kind, seq
+        return RotaError(ErrorCode.INVALID_MESSAGE, "type must be a string", seq=seq)
+    known = kind in wire.SERVER_TYPES if from_server else kind == "heartbeat"
+    if not known:
+        ignored = "" if from_server else "; ignored"
+        return RotaError(
+            ErrorCode.UNKNOWN_TYPE, f"unknown message type {kind[:64]!r}{ignored}", seq=seq
+        )
+    return RotaError(ErrorCode.INVALID_MESSAGE, _described(exc), seq=seq)
+
+
+def _described(exc: msgspec.ValidationError) -> str:
+    """msgspec's "Expected `int`, got `str` - at `$.status.progress[0].current`" as
+    "status.progress[0].current: expected `int`, got `str`"."""
+    text = str(exc)
+    match = _AT.match(text)
+    if match is None:
+        return text
+    what, path = match.groups()
+    return f"{path or 'the message'}: {what[:1].lower()}{what[1:]}"
 
 
 # ---------------------------------------------------------------- worker -> server
@@ -162,64 +130,38 @@ def decode_worker_message(
     data: bytes | str, *, max_size: int | None = DEFAULT_MAX_MESSAGE
 ) -> Heartbeat:
     """One text frame from a worker. Raises RotaError."""
-    obj = _load(data, max_size)
-    kind, seq = _envelope(obj)
-    if kind != "heartbeat":
-        raise RotaError(
-            ErrorCode.UNKNOWN_TYPE, f"unknown message type {kind[:64]!r}; ignored", seq=seq
-        )
-    fields = _Fields(obj, "", seq)
-    if "seq" in obj and obj["seq"] is not None and seq is None:
-        raise fields.fail("seq", f"an integer in [0, {MAX_SAFE_INT}]")
-    register = obj.get("register")
-    status = obj.get("status")
+    frame: wire.Heartbeat = _load(data, max_size, _heartbeats)
+    seq = frame.seq
+    reg = frame.register
+    status = frame.status
+    results = frame.results
     return Heartbeat(
         seq=seq,
-        register=None if register is None else _registration(fields.child(register, "register")),
-        wants=fields.opt_integer("wants", maximum=MAX_WANTS),
-        status=None if status is None else _status(fields.child(status, "status")),
-        results=tuple(_result(item) for item in fields.objects("results")),
+        register=None if reg is None else _registration(reg),
+        wants=frame.wants,
+        status=None if status is None else _status(status),
+        results=() if not results else tuple(_result(r, i, seq) for i, r in enumerate(results)),
     )
 
 
-def _registration(f: _Fields) -> Registration:
-    pid = f.opt_integer("pid")
-    queues = f.obj.get("queues")
-    specs = []
-    for spec in f.objects("specs"):
-        specs.append(SpecRef(spec.text("name"), spec.text("checksum", limit=128)))
+def _registration(reg: wire.Register) -> Registration:
     return Registration(
-        hostname=f.opt_text("hostname", empty=True) or "",
-        os=f.opt_text("os", empty=True) or "",
-        pid=pid,
-        queues=None if queues is None else f.names("queues"),
-        specs=tuple(specs),
+        hostname=reg.hostname or "",
+        os=reg.os or "",
+        pid=reg.pid,
+        queues=reg.queues,
+        specs=tuple(SpecRef(s.name, s.checksum) for s in reg.specs or ()),
+        revision=reg.revision or 1,
     )
 
 
-def _status(f: _Fields) -> Status:
-    progress = tuple(
-        Progress(p.text("job", limit=MAX_ID), p.integer("current"), p.integer("total"))
-        for p in f.objects("progress")
-    )
-    logs = tuple(
-        LogBatch(entry.text("job", limit=MAX_ID), entry.names("lines", limit=MAX_TEXT, empty=True))
-        for entry in f.objects("logs")
-    )
-    alerts = []
-    for a in f.objects("alerts"):
-        level = a.obj.get("level", "warning")
-        if level not in ALERT_LEVELS:
-            raise a.fail("level", "one of " + ", ".join(ALERT_LEVELS))
-        alerts.append(
-            Alert(level, a.text("message", limit=MAX_TEXT), a.opt_text("job", limit=MAX_ID))
-        )
+def _status(status: wire.Status) -> Status:
     return Status(
-        cpu=f.opt_number("cpu"),
-        ram=f.opt_integer("ram"),
-        progress=progress,
-        logs=logs,
-        alerts=tuple(alerts),
+        cpu=status.cpu,
+        ram=status.ram,
+        progress=tuple(Progress(p.job, p.current, p.total) for p in status.progress or ()),
+        logs=tuple(LogBatch(b.job, b.lines or ()) for b in status.logs or ()),
+        alerts=tuple(Alert(a.level, a.message, a.job) for a in status.alerts or ()),
     )
 
 
@@ -232,31 +174,36 @@ def result_bytes(value: Any) -> bytes:
     return orjson.dumps(value)
 
 
-def _result(f: _Fields) -> Result:
-    job = f.text("job", limit=MAX_ID)
-    outcome = f.obj.get("outcome")
-    if outcome == "success":
-        if "data_base64" in f.obj:
-            if "data" in f.obj:
-                raise f.fail("data", "absent when data_base64 is given")
-            raw = f.text("data_base64", limit=2**62, empty=True)
-            try:
-                return Success(job, base64.b64decode(raw, validate=True))
-            except (binascii.Error, ValueError):
-                raise f.fail("data_base64", "standard base64") from None
-        value = f.obj.get("data")
-        return Success(job, result_bytes(value), value)
-    if outcome == "failure":
-        raw_error = f.obj.get("error")
-        error = f.child({} if raw_error is None else raw_error, "error")
-        return Failure(
-            job,
-            error.opt_text("code", limit=MAX_NAME) or "error",
-            error.opt_text("message", limit=MAX_TEXT, empty=True) or "",
-            error.flag("retryable", False),
-            error.obj.get("details"),
-        )
-    raise f.fail("outcome", '"success" or "failure"')
+def _result(result: wire.Success | wire.Failure, index: int, seq: int | None) -> Result:
+    if isinstance(result, wire.Success):
+        raw = result.data_base64
+        data = result.data
+        if raw is not msgspec.UNSET:
+            if data is not msgspec.UNSET:
+                raise _field(index, "data", "absent when data_base64 is given", seq)
+            return Success(result.job, raw)
+        value = None if data is msgspec.UNSET else data
+        try:
+            return Success(result.job, result_bytes(value), value)
+        except TypeError:  # orjson writes 64-bit integers; the job's result must be writable
+            raise _field(index, "data", "JSON whose integers fit in 64 bits", seq) from None
+    error = result.error or _NO_ERROR
+    details = error.details
+    if details is not None and not isinstance(details, str | bool | float):
+        try:
+            orjson.dumps(details)
+        except TypeError:
+            raise _field(
+                index, "error.details", "JSON whose integers fit in 64 bits", seq
+            ) from None
+    return Failure(result.job, error.code or "error", error.message or "", error.retryable, details)
+
+
+_NO_ERROR = wire.ResultError()
+
+
+def _field(index: int, name: str, what: str, seq: int | None) -> RotaError:
+    return RotaError(ErrorCode.INVALID_MESSAGE, f"results[{index}].{name} must be {what}", seq=seq)
 
 
 # ---------------------------------------------------------------- server -> worker
@@ -264,69 +211,51 @@ def _result(f: _Fields) -> Result:
 
 def decode_server_message(data: bytes | str) -> ServerMessage:
     """One text frame from the server (the SDK's side). Raises RotaError."""
-    obj = _load(data, None)
-    kind, seq = _envelope(obj)
-    f = _Fields(obj, "", seq)
-    if kind == "assignment":
-        return Assignment(_job_copy(f.child(obj.get("job"), "job")), f.flag("logs", False))
-    if kind == "welcome":
-        timeout = f.opt_number("heartbeat_timeout")
+    frame: wire.ServerMessage = _load(data, None, _server_messages)
+    if isinstance(frame, wire.Assignment):
+        return Assignment(_job_copy(frame.job), frame.logs)
+    if isinstance(frame, wire.Ack):
+        return Ack(frame.seq)
+    if isinstance(frame, wire.Beat):
+        return Beat()
+    if isinstance(frame, wire.Revoke):
+        return Revoke(frame.job, frame.reason)
+    if isinstance(frame, wire.SetState):
+        return SetState(frame.state)
+    if isinstance(frame, wire.Welcome):
         return Welcome(
-            f.text("worker", limit=MAX_ID),
-            5.0 if timeout is None else timeout,
-            f.opt_integer("max_message") or DEFAULT_MAX_MESSAGE,
-            _verdicts(f),
+            frame.worker,
+            frame.heartbeat_timeout,
+            frame.max_message,
+            _verdicts(frame.specs),
+            frame.revision or 1,
+            frame.beat_interval,
         )
-    if kind == "revoke":
-        return Revoke(f.text("job", limit=MAX_ID), f.opt_text("reason", limit=MAX_TEXT) or "")
-    if kind == "specs":
-        return SpecsChanged(_verdicts(f))
-    if kind == "ack" and seq is not None:
-        return Ack(seq)
-    if kind == "error":
-        return ErrorMessage(
-            f.text("code"),
-            f.opt_text("message", limit=MAX_TEXT, empty=True) or "",
-            f.flag("fatal", False),
-            f.opt_text("job", limit=MAX_ID),
-            seq,
-        )
-    raise RotaError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {kind[:64]!r}", seq=seq)
+    if isinstance(frame, wire.Specs):
+        return SpecsChanged(_verdicts(frame.specs))
+    return ErrorMessage(frame.code, frame.message, frame.fatal, frame.job, frame.seq)
 
 
-def _verdicts(f: _Fields) -> tuple[SpecVerdict, ...]:
-    return tuple(
-        SpecVerdict(
-            v.text("name"),
-            v.text("checksum", limit=128),
-            v.flag("accepted", False),
-            v.opt_text("reason"),
-        )
-        for v in f.objects("specs")
-    )
+def _verdicts(verdicts: tuple[wire.SpecVerdict, ...]) -> tuple[SpecVerdict, ...]:
+    return tuple(SpecVerdict(v.name, v.checksum, v.accepted, v.reason) for v in verdicts)
 
 
-def _job_copy(f: _Fields) -> JobCopy:
-    if "payload_base64" in f.obj:
-        try:
-            payload = base64.b64decode(f.text("payload_base64", limit=2**62, empty=True))
-        except (binascii.Error, ValueError):
-            raise f.fail("payload_base64", "standard base64") from None
+def _job_copy(job: wire.JobCopy) -> JobCopy:
+    if job.payload_base64 is not msgspec.UNSET:
+        payload = job.payload_base64
+    elif job.payload is not msgspec.UNSET:
+        payload = job.payload.encode("utf-8")
     else:
-        payload = f.text("payload", limit=2**62, empty=True).encode("utf-8")
-    args = f.obj.get("args", [])
-    if not isinstance(args, list):
-        raise f.fail("args", "an array")
-    max_attempts = f.obj.get("max_attempts")
+        payload = b""
     return JobCopy(
-        id=f.text("id", limit=MAX_ID),
-        spec=f.text("spec"),
-        queue=f.text("queue"),
+        id=job.id,
+        spec=job.spec,
+        queue=job.queue,
         payload=payload,
-        args=args,
-        priority=f.obj.get("priority", 0) if type(f.obj.get("priority", 0)) is int else 0,
-        attempt=f.opt_integer("attempt") or 1,
-        max_attempts=max_attempts if type(max_attempts) is int else None,
-        created_at=f.opt_text("created_at", limit=64),
-        meta=f.obj.get("meta"),
+        args=job.args,
+        priority=job.priority,
+        attempt=job.attempt or 1,
+        max_attempts=job.max_attempts,
+        created_at=job.created_at,
+        meta=job.meta,
     )

@@ -2,44 +2,46 @@
 
 Worker -> server: `Heartbeat` only. Its parts decide its role: `register` (the first heartbeat),
 `status` (machine load, job progress, logs, alerts), `results`, and `wants`.
-Server -> worker: `Welcome`, `Assignment`, `Revoke`, `SpecsChanged`, `ErrorMessage`.
+Server -> worker: `Welcome`, `Assignment`, `Revoke`, `SpecsChanged`, `Ack`, `ErrorMessage`, and
+(revision 2) `SetState` and `Beat`. These are what the code works with; the wire shapes, with
+their limits, are declared in `wire.py`. They are msgspec Structs too, because building them
+is most of what decoding a heartbeat costs (a fifth of the price of a frozen dataclass).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
-VERSION = 1
+from msgspec import Struct, field
+
+from jobwire.protocols.rota.wire import VERSION as VERSION  # it lives with the wire shapes
 
 
-@dataclass(frozen=True, slots=True)
-class SpecRef:
+class SpecRef(Struct, frozen=True):
     """A job spec a worker implements: its name and the checksum of its canonical form."""
 
     name: str
     checksum: str
 
 
-@dataclass(frozen=True, slots=True)
-class Registration:
+class Registration(Struct, frozen=True):
     hostname: str
     os: str
     pid: int | None
     #: Queues to take work from; None takes every queue its specs' jobs are in.
     queues: tuple[str, ...] | None
     specs: tuple[SpecRef, ...]
+    #: The schema revision the worker speaks (wire.REVISION); 2 and later get `beat`s.
+    revision: int = 1
 
 
-@dataclass(frozen=True, slots=True)
-class Progress:
+class Progress(Struct, frozen=True):
     job: str
     current: int
     total: int
 
 
-@dataclass(frozen=True, slots=True)
-class LogBatch:
+class LogBatch(Struct, frozen=True):
     job: str
     lines: tuple[str, ...]
 
@@ -47,15 +49,13 @@ class LogBatch:
 ALERT_LEVELS = ("info", "warning", "error", "critical")
 
 
-@dataclass(frozen=True, slots=True)
-class Alert:
+class Alert(Struct, frozen=True):
     level: str
     message: str
     job: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Status:
+class Status(Struct, frozen=True):
     cpu: float | None = None  # percent of one core (may exceed 100)
     ram: int | None = None  # resident bytes
     progress: tuple[Progress, ...] = ()
@@ -74,8 +74,7 @@ class _NoValue:
 NO_VALUE: Any = _NoValue()
 
 
-@dataclass(frozen=True, slots=True)
-class Success:
+class Success(Struct, frozen=True):
     job: str
     #: The result as the engine keeps it (bytes): str -> UTF-8, null -> empty, base64 -> decoded,
     #: any other JSON value -> its compact JSON.
@@ -84,8 +83,7 @@ class Success:
     value: Any = NO_VALUE
 
 
-@dataclass(frozen=True, slots=True)
-class Failure:
+class Failure(Struct, frozen=True):
     job: str
     code: str
     message: str
@@ -97,8 +95,7 @@ class Failure:
 Result = Success | Failure
 
 
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
+class Heartbeat(Struct, frozen=True):
     seq: int | None = None
     register: Registration | None = None
     #: How many jobs the worker wants to hold at once, counting those it holds; None: unchanged.
@@ -110,24 +107,25 @@ class Heartbeat:
 # ---------------------------------------------------------------- server -> worker
 
 
-@dataclass(frozen=True, slots=True)
-class SpecVerdict:
+class SpecVerdict(Struct, frozen=True):
     name: str
     checksum: str
     accepted: bool
     reason: str | None = None  # "checksum_mismatch" | "not_registered"
 
 
-@dataclass(frozen=True, slots=True)
-class Welcome:
+class Welcome(Struct, frozen=True):
     worker: str
     heartbeat_timeout: float
     max_message: int
     specs: tuple[SpecVerdict, ...] = ()
+    #: Revision 2: the server's revision, and how often at least it sends something (a
+    #: `beat` when it has nothing else to say); None: the server does not beat.
+    revision: int = 1
+    beat_interval: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class JobCopy:
+class JobCopy(Struct, frozen=True):
     id: str
     spec: str
     queue: str
@@ -140,29 +138,25 @@ class JobCopy:
     meta: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class Assignment:
+class Assignment(Struct, frozen=True):
     job: JobCopy
     logs: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Revoke:
+class Revoke(Struct, frozen=True):
     """A job the worker held was taken back (cancelled, or its lease expired): stop it."""
 
     job: str
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class SpecsChanged:
+class SpecsChanged(Struct, frozen=True):
     """The registered specs changed: the worker's verdicts now."""
 
     specs: tuple[SpecVerdict, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ErrorMessage:
+class ErrorMessage(Struct, frozen=True):
     code: str
     message: str
     fatal: bool = False
@@ -170,12 +164,25 @@ class ErrorMessage:
     seq: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Ack:
+class Ack(Struct, frozen=True):
     """The results of the worker's heartbeat `seq` are durable: a server that restarts now
     will not run those jobs again."""
 
     seq: int
 
 
-ServerMessage = Welcome | Assignment | Revoke | SpecsChanged | Ack | ErrorMessage
+WORKER_STATES = ("running", "quiet", "terminate")
+
+
+class SetState(Struct, frozen=True):
+    """Revision 2: an operator directs the worker (one of WORKER_STATES). `quiet`: finish the
+    held jobs, take no new ones; `running`: take jobs again; `terminate`: finish and exit."""
+
+    state: str
+
+
+class Beat(Struct, frozen=True):
+    """Revision 2: the server is alive; sent when it had nothing else to say for a while."""
+
+
+ServerMessage = Welcome | Assignment | Revoke | SpecsChanged | Ack | ErrorMessage | SetState | Beat

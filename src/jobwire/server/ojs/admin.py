@@ -3,12 +3,13 @@
 `POST /ojs/v1/admin/workers/{worker_id}/state {"state": "quiet" | "terminate" | "running"}`
 sets what the worker's next heartbeat reply tells it (and a quiet or terminating worker's
 fetches get no jobs); `jobwire worker-state ID STATE` calls it. A terminated worker cannot be
-brought back; `running` undoes only `quiet`.
+brought back; `running` undoes only `quiet`. A Rota worker (`rota:N`) is directed over its
+`/work` socket (`_other_protocol`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -30,6 +31,9 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
         state = body.get("state")
         if state not in OPERATOR_STATES:
             raise invalid(f"state must be one of {', '.join(OPERATOR_STATES)}")
+        other = _other_protocol(request, worker_id, state)
+        if other is not None:
+            return reply({"worker": other})
         session = service.workers.get(worker_id)
         if session is None or session.state is WorkerState.TERMINATED:
             raise OJSError("not_found", f"no live worker {worker_id!r}")
@@ -45,3 +49,15 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
     router.add_post(BASE + "/admin/workers/{worker_id}/state", set_state)
     if service.options.allow_reset:
         router.add_post(BASE + "/admin/reset", reset)
+
+
+def _other_protocol(request: web.Request, worker_id: str, state: str) -> dict[str, Any] | None:
+    """A live worker of another protocol on this HTTP server, directed by its own service:
+    `rota:N` by the Rota service. None: not one of theirs (an OJS worker, or nobody)."""
+    if worker_id.startswith("rota:"):
+        from jobwire.server.rota import ROTA_SERVICE
+
+        rota = request.app.get(ROTA_SERVICE)
+        if rota is not None:
+            return rota.direct(worker_id, state)
+    return None

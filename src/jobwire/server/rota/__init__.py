@@ -3,6 +3,6 @@
 docs/rota.md is the reference; `jobwire.protocols.rota` is the codec.
 """
 
-from jobwire.server.rota.service import RotaOptions, RotaService
+from jobwire.server.rota.service import ROTA_SERVICE, RotaOptions, RotaService
 
-__all__ = ["RotaOptions", "RotaService"]
+__all__ = ["ROTA_SERVICE", "RotaOptions", "RotaService"]

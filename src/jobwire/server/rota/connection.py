@@ -14,7 +14,14 @@ waits for a commit wait behind it, so the worker sees them in order.
 Liveness: any frame counts as a sign of life. A worker silent for `heartbeat_timeout` seconds
 is gone: it is removed from the engine at once (its jobs go back to the queue with the attempt
 counted) and the socket is closed with 1008. So is a worker whose connection drops, or that sent
-something the server cannot trust (the close code says what).
+something the server cannot trust (the close code says what). The other way, a worker that
+registered with revision 2 gets a `beat` whenever the server has sent nothing for
+`beat_interval` seconds, so it can tell a silent server from an idle one.
+
+Lifecycle: an operator's `quiet`, `running` or `terminate` (`direct`) sets the engine's state of
+the worker (a worker that is not running is assigned nothing) and is sent as a `state`
+message. A terminating worker is closed (1000) once it holds no jobs and its results are
+durable, so a worker that does not know `state` still ends.
 """
 
 from __future__ import annotations
@@ -34,8 +41,10 @@ from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
 from jobwire.protocols.ojs.times import format_time
 from jobwire.protocols.rota import (
     NO_VALUE,
+    REVISION,
     Ack,
     Assignment,
+    Beat,
     CloseCode,
     ErrorCode,
     ErrorMessage,
@@ -46,6 +55,7 @@ from jobwire.protocols.rota import (
     Revoke,
     RotaError,
     ServerMessage,
+    SetState,
     SpecRef,
     SpecsChanged,
     SpecVerdict,
@@ -63,6 +73,9 @@ log = logging.getLogger("jobwire.rota")
 
 WORKER_LOST = "worker lost"
 HEARTBEAT_TIMEOUT = "heartbeat timeout"
+TERMINATED = "worker terminated"
+#: The first schema revision with `beat` and `state` (wire.REVISION).
+BEATING_REVISION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +121,10 @@ class RotaConnection:
         self._waiting_from = 0
         self._holds = 0
         self._heard = self.loop.time()
+        self._said = self._heard  # when a message last went to the writer
         self._silence: asyncio.TimerHandle | None = None
+        self._beat: asyncio.TimerHandle | None = None
+        self._ending = False  # terminating: the close is scheduled
         self._abort: asyncio.TimerHandle | None = None
 
     @property
@@ -166,6 +182,7 @@ class RotaConnection:
                     return
 
     def _put(self, item: bytes | _Close) -> None:
+        self._said = self.loop.time()
         self._outbox.put_nowait(item)
 
     def send(self, message: ServerMessage) -> None:
@@ -245,6 +262,9 @@ class RotaConnection:
         if self._silence is not None:
             self._silence.cancel()
             self._silence = None
+        if self._beat is not None:
+            self._beat.cancel()
+            self._beat = None
         session = self.session
         if session is not None and session.state is not WorkerState.TERMINATED:
             self.engine.remove_worker(session, reason)
@@ -266,6 +286,49 @@ class RotaConnection:
             self.fatal(RotaError(ErrorCode.HEARTBEAT_TIMEOUT, f"no message for {timeout:g}s"))
         else:
             self._arm_silence()
+
+    def _arm_beat(self) -> None:
+        self._beat = self.loop.call_at(self._said + self.options.beat_interval, self._check_beat)
+
+    def _check_beat(self) -> None:
+        """Say something when nothing was said for `beat_interval`: the worker knows we live."""
+        self._beat = None
+        if self.closing:
+            return
+        if self.loop.time() - self._said >= self.options.beat_interval:
+            self.send(Beat())
+            self._said = self.loop.time()  # a beat held behind a commit counts as said
+        self._arm_beat()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def direct(self, state: WorkerState) -> None:
+        """An operator's `running`, `quiet` or `terminate`: the engine stops (or resumes)
+        assigning to the worker, and the worker is told."""
+        session = self.session
+        assert session is not None
+        self.engine.set_worker_state(session, state)
+        self.send(SetState(state.value))
+        log.info("%s: directed to %s", session.id, state.value)
+        if state is WorkerState.RUNNING:
+            self.request_work()
+        self._end_if_done()
+
+    def _end_if_done(self) -> None:
+        """A terminating worker holding no jobs is closed once its results are durable (the
+        `ack`s queued before go out first)."""
+        session = self.session
+        if (
+            self._ending
+            or session is None
+            or session.state is not WorkerState.TERMINATE
+            or session.jobs
+        ):
+            return
+        self._ending = True
+        self.runtime.after_durable(
+            lambda ok: self.close(CloseCode.NORMAL, "terminated", reason=TERMINATED)
+        )
 
     # ---------------------------------------------------------------- worker -> server
 
@@ -321,6 +384,8 @@ class RotaConnection:
             self.wants = hb.wants
         extend_leases(self.engine, session)
         self.request_work()
+        if applied:
+            self._end_if_done()
 
     def _register(self, reg: Registration) -> WorkerSession:
         service = self.service
@@ -338,6 +403,7 @@ class RotaConnection:
         )
         self.session = session
         self.specs = reg.specs
+        beats = reg.revision >= BEATING_REVISION
         self.engine.add_worker(session)
         service.connections[session.id] = self
         self.verdicts = self._apply_specs(session)
@@ -347,8 +413,12 @@ class RotaConnection:
                 self.options.heartbeat_timeout,
                 self.options.max_message,
                 self.verdicts,
+                REVISION,
+                self.options.beat_interval if beats else None,
             )
         )
+        if beats:
+            self._arm_beat()
         log.info("%s registered from %s (%s)", session.id, self.peer, reg.hostname)
         return session
 
@@ -476,6 +546,8 @@ class RotaConnection:
     def revoke(self, job: Job, reason: str) -> None:
         self.logs_for.discard(job.id)
         self.send(Revoke(job.id, reason))
+        if self.session is not None and self.session.state is WorkerState.TERMINATE:
+            self.loop.call_soon(self._end_if_done)  # once the engine has let go of the job
 
     # ---------------------------------------------------------------- views
 
@@ -494,6 +566,7 @@ class RotaConnection:
                 {"name": v.name, "checksum": v.checksum, "accepted": v.accepted, "reason": v.reason}
                 for v in self.verdicts
             ],
+            "state": session.state.value,
             "wants": self.wants,
             "jobs": sorted(session.jobs),
             "cpu": info.get("cpu"),

@@ -17,9 +17,17 @@ import orjson
 from aiohttp import web
 
 from jobwire.engine import Engine
+from jobwire.engine.worker import WorkerState
 from jobwire.protocols.ojs.errors import OJSError
 from jobwire.protocols.ojs.times import format_time
-from jobwire.protocols.rota import DEFAULT_MAX_MESSAGE, CloseCode, SpecError, load_spec
+from jobwire.protocols.rota import (
+    DEFAULT_MAX_MESSAGE,
+    WORKER_STATES,
+    CloseCode,
+    SpecError,
+    load_spec,
+    schema,
+)
 from jobwire.server.rota.connection import RotaConnection
 from jobwire.server.rota.journal import AlertStore, LogStore
 from jobwire.server.rota.registry import RegisteredSpec, SpecRegistry
@@ -48,6 +56,8 @@ class RotaOptions:
     max_outbox: int = 10_000
     #: Seconds a close handshake may take before the TCP connection is cut.
     close_timeout: float = 5.0
+    #: Seconds without a message to a worker (revision 2) after which it is sent a `beat`.
+    beat_interval: float = 1.0
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
@@ -55,6 +65,9 @@ def _json(body: Any, status: int = 200) -> web.Response:
 
 
 class RotaService:
+    """Also reachable from the other HTTP routes as `app[ROTA_SERVICE]` (the operator's
+    worker-state route directs `rota:N` workers through `direct`)."""
+
     def __init__(self, runtime: Runtime, options: RotaOptions | None = None) -> None:
         self.runtime = runtime
         self.engine: Engine = runtime.engine
@@ -81,6 +94,8 @@ class RotaService:
         r.add_get(BASE + "/workers", self.list_workers)
         r.add_get(BASE + "/jobs/{id}/logs", self.job_logs)
         r.add_get(BASE + "/alerts", self.list_alerts)
+        r.add_get(BASE + "/schema.json", self.get_schema)
+        app[ROTA_SERVICE] = self
         app.on_shutdown.append(self._on_shutdown)
 
     async def _on_shutdown(self, app: web.Application) -> None:
@@ -112,6 +127,25 @@ class RotaService:
         finally:
             self._open.discard(conn)
         return ws
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def direct(self, worker_id: str, state: str) -> dict[str, Any] | None:
+        """An operator's `running`, `quiet` or `terminate` for worker `worker_id`, sent over
+        its socket; the worker as listed, or None when no Rota worker has that id.
+        A terminating worker cannot be resumed (OJSError conflict)."""
+        conn = self.connections.get(worker_id)
+        if conn is None or conn.closing or conn.session is None:
+            return None
+        if state not in WORKER_STATES:
+            raise OJSError("invalid_request", f"state must be one of {', '.join(WORKER_STATES)}")
+        if conn.session.state is WorkerState.TERMINATE and state != "terminate":
+            raise OJSError("conflict", "a terminating worker cannot be resumed", status=409)
+        conn.direct(WorkerState(state))
+        return {"worker_id": worker_id, **conn.json()}
+
+    async def get_schema(self, request: web.Request) -> web.Response:
+        return web.Response(body=_SCHEMA, content_type="application/schema+json")
 
     # ---------------------------------------------------------------- specs
 
@@ -173,6 +207,10 @@ class RotaService:
             {**alert, "time": format_time(alert["time"])} for alert in self.alerts.since(int(after))
         ]
         return _json({"alerts": alerts})
+
+
+ROTA_SERVICE = web.AppKey("rota_service", RotaService)
+_SCHEMA = orjson.dumps(schema(), option=orjson.OPT_INDENT_2)
 
 
 def _spec_json(entry: RegisteredSpec) -> dict[str, Any]:
