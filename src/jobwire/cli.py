@@ -35,6 +35,11 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
         ctx.exit()
 
 
+#: Gearman job handles are at most 64 bytes (libgearman's buffer): PREFIX, ":" and up to 19
+#: digits.
+MAX_HANDLE_PREFIX = 64 - 1 - 19
+
+
 @click.group()
 @click.option(
     "--version",
@@ -222,6 +227,21 @@ def _setup_logging(log_file: str, verbose: str) -> None:
     help="The Freelance server's public endpoint, its identity [default: tcp://ADDR:PORT].",
 )
 @click.option(
+    "--bstar",
+    type=click.Choice(["primary", "backup"]),
+    default=None,
+    help="Run as one server of a Binary Star pair (with --bstar-local and --bstar-remote).",
+)
+@click.option("--bstar-local", default=None, help="Endpoint this server publishes its state on.")
+@click.option("--bstar-remote", default=None, help="The peer's state endpoint.")
+@click.option(
+    "--bstar-heartbeat",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Seconds between state messages; the peer is dead after two.",
+)
+@click.option(
     "--rota-heartbeat-timeout",
     type=click.FloatRange(min=0, min_open=True),
     default=5.0,
@@ -289,6 +309,10 @@ def serve(
     ppp_function: str,
     freelance_port: int,
     freelance_endpoint: str | None,
+    bstar: str | None,
+    bstar_local: str | None,
+    bstar_remote: str | None,
+    bstar_heartbeat: float,
     rota_heartbeat_timeout: float,
     rota_beat_interval: float,
     rota_max_message: int,
@@ -309,7 +333,19 @@ def serve(
     logging.getLogger("jobwire").info("jobwire %s, hot path %s", __version__, native.status())
     if store.startswith("sqlite:"):
         Path(store.removeprefix("sqlite:")).parent.mkdir(parents=True, exist_ok=True)
+    if job_handle_prefix is not None and len(job_handle_prefix.encode()) > MAX_HANDLE_PREFIX:
+        raise click.BadParameter(
+            f"at most {MAX_HANDLE_PREFIX} bytes: handles (PREFIX:N, N up to 19 digits) must "
+            "fit Gearman's 64 bytes",
+            param_hint="--job-handle-prefix",
+        )
+    if bstar and not (bstar_local and bstar_remote):
+        raise click.UsageError("--bstar needs --bstar-local and --bstar-remote")
     config = ServerConfig(
+        bstar=bstar,
+        bstar_local=bstar_local or "",
+        bstar_remote=bstar_remote or "",
+        bstar_heartbeat=bstar_heartbeat,
         listen=listen,
         port=port,
         http_port=http_port,

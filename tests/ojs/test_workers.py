@@ -176,3 +176,45 @@ def test_admin_endpoint_validates_the_state(http: Runner) -> None:
     ok(http.request("POST", "/ojs/v1/workers/register", {"worker_id": "w-val"}))
     bad = http.request("POST", "/ojs/v1/admin/workers/w-val/state", {"state": "asleep"})
     assert bad.status == 400 and bad.body["error"]["code"] == "invalid_request"
+
+
+def test_the_worker_protocols_own_paths_are_aliases(http: Runner) -> None:
+    """The OJS worker protocol's `POST /jobs/fetch`, `/jobs/:id/ack` and `/jobs/:id/nack`."""
+    first, second = push(http, "alias", 2)
+    fetched = ok(http.request("POST", "/ojs/v1/jobs/fetch", {"queues": ["alias"], "count": 2}))
+    assert sorted(job["id"] for job in fetched["jobs"]) == sorted([first, second])
+    acked = ok(http.request("POST", f"/ojs/v1/jobs/{first}/ack", {"result": {"ok": 1}}))
+    assert acked["state"] == "completed"
+    nacked = ok(
+        http.request(
+            "POST",
+            f"/ojs/v1/jobs/{second}/nack",
+            {"error": {"message": "no", "retryable": False}},
+        )
+    )
+    assert nacked["job"]["state"] == "discarded"
+    mismatch = http.request("POST", f"/ojs/v1/jobs/{first}/ack", {"job_id": second})
+    assert mismatch.status == 400
+
+
+def test_a_worker_that_resumes_itself_is_followed_unless_an_operator_quieted_it(
+    server: ServerProcess, http: Runner
+) -> None:
+    """The worker adopts the state the server returns (the seed): a worker's own quiet
+    (SIGTSTP) and running (SIGCONT) are both followed; an operator's quiet holds."""
+    ok(http.request("POST", "/ojs/v1/workers/register", {"worker_id": "w-self"}))
+    push(http, "self")
+
+    def beat(state: str) -> str:
+        body = {"worker_id": "w-self", "state": state}
+        answer: str = ok(http.request("POST", "/ojs/v1/workers/heartbeat", body))["state"]
+        return answer
+
+    assert beat("quiet") == "quiet"
+    assert fetch(http, "w-self", "self") == []
+    assert beat("running") == "running"  # followed: it resumed itself
+    assert len(fetch(http, "w-self", "self")) == 1
+    assert worker_state(server, "w-self", "quiet").returncode == 0
+    assert beat("running") == "quiet"  # the operator's quiet holds
+    assert worker_state(server, "w-self", "running").returncode == 0
+    assert beat("running") == "running"

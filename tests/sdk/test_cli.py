@@ -97,3 +97,14 @@ def test_format_table_aligns_columns() -> None:
 def test_worker_target_errors(target: str, message: str) -> None:
     code, _, err = run("worker", target)
     assert code == 2 and message in err
+
+
+def test_a_handle_prefix_that_would_make_handles_over_64_bytes_is_refused() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "jobwire", "serve", "--job-handle-prefix", "x" * 45],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--job-handle-prefix" in result.stderr and "64 bytes" in result.stderr

@@ -72,3 +72,22 @@ def test_an_ojs_job_runs_on_an_mdp_worker_and_mdp_work_shows_in_status_views(
         lambda: http.request("GET", f"/ojs/v1/jobs/{job_id}").body["job"]["state"] == "completed",
         "the OJS job completed",
     )
+
+
+def test_every_protocols_workers_show_in_the_one_worker_list(
+    server: ServerProcess, peers: Zmq
+) -> None:
+    http = Runner(f"http://127.0.0.1:{server.http_port}")
+    peers.worker(b"mdp-fn")
+    with GearmanSocket(server) as gearman:
+        gearman.send(Cmd.CAN_DO, "gm-fn")
+        gearman.send(Cmd.ECHO_REQ, "sync")
+        gearman.expect(Cmd.ECHO_RES)
+
+        def listed() -> dict[str, list[str]]:
+            workers = http.request("GET", "/ojs/v1/workers").body["workers"]
+            return {w["protocol"]: w["abilities"] for w in workers}
+
+        wait_until(lambda: listed() == {"mdp": ["mdp-fn"], "gearman": ["gm-fn"]}, "listed")
+        only = http.request("GET", "/ojs/v1/workers?protocol=mdp").body["workers"]
+        assert [w["worker_id"].split(":")[0] for w in only] == ["mdp"]

@@ -74,7 +74,8 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         if not self.id_prefix:
-            self.id_prefix = f"H:{socket.gethostname()}"
+            # H:<host>, cut so that PREFIX:N (N up to 19 digits) stays within 64 bytes.
+            self.id_prefix = f"H:{socket.gethostname()}"[:44]
 
 
 class QueueInfo:

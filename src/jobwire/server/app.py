@@ -42,6 +42,12 @@ class ServerConfig:
     ojs: OJSOptions = field(default_factory=OJSOptions)
     rota: RotaOptions = field(default_factory=RotaOptions)
     zmq: ZmqOptions = field(default_factory=lambda: ZmqOptions(endpoint=None))
+    #: Binary Star: "primary" or "backup" (None: a server on its own), with the endpoint
+    #: this server publishes its state on and its peer's.
+    bstar: str | None = None
+    bstar_local: str = ""
+    bstar_remote: str = ""
+    bstar_heartbeat: float = 1.0
 
 
 def open_store(
@@ -112,6 +118,8 @@ class Server:
         self.config = config
         self._stop = asyncio.Event()
         self._servers: list[asyncio.base_events.Server] = []
+        #: Why the server stopped on its own (a Binary Star split brain); None: asked to.
+        self.failure: str | None = None
 
     async def serve(self) -> None:
         config = self.config
@@ -135,7 +143,25 @@ class Server:
             log.info("restored %d jobs from the store in %.2fs", restored, seconds)
         store.start()
         runtime = Runtime(engine, loop, config.busy_poll, store)
+        bstar = None
+        if config.bstar:
+            from jobwire.server.bstar import BinaryStarNode
+
+            bstar = BinaryStarNode(
+                runtime,
+                primary=config.bstar == "primary",
+                local=config.bstar_local,
+                remote=config.bstar_remote,
+                heartbeat=config.bstar_heartbeat,
+                on_fatal=self._fatal,
+            )
+            try:
+                bstar.start()
+            except zmq_error() as exc:
+                bstar.close()
+                raise SystemExit(f"jobwire: cannot start binary star: {exc}") from exc
         gearman = GearmanServer(runtime, config.gearman)
+        runtime.on_shutdown = lambda graceful: self._shutdown(engine, graceful)
         if config.pid_file is not None:
             config.pid_file.write_text(f"{os.getpid()}\n")
         tcp = await loop.create_server(
@@ -186,6 +212,8 @@ class Server:
                 await http.cleanup()
             if zmq_server is not None:
                 zmq_server.close()
+            if bstar is not None:
+                bstar.close()
             if ojs is not None:
                 ojs.close()
             runtime.close()
@@ -196,6 +224,28 @@ class Server:
     def stop(self) -> None:
         self._stop.set()
 
+    def _shutdown(self, engine: Engine, graceful: bool) -> None:
+        """Stop now, or (graceful) stop accepting and stop once no job runs any more."""
+        loop = asyncio.get_running_loop()
+        if not graceful:
+            loop.call_soon(self._stop.set)  # after this turn: the OK is written first
+            return
+        for server in self._servers:
+            server.close()  # no new connections; the open ones go on
+
+        def check() -> None:
+            if any(fn.running for fn in engine.functions.values()):
+                loop.call_later(0.05, check)
+            else:
+                self._stop.set()
+
+        loop.call_soon(check)
+
+    def _fatal(self, reason: str) -> None:
+        """Stop, and exit with an error once everything is closed (`run`)."""
+        self.failure = reason
+        self._stop.set()
+
 
 def zmq_error() -> type[Exception]:
     import zmq
@@ -204,9 +254,12 @@ def zmq_error() -> type[Exception]:
 
 
 def run(config: ServerConfig) -> None:
+    server = Server(config)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
-        asyncio.run(Server(config).serve())
+        asyncio.run(server.serve())
     else:
-        uvloop.run(Server(config).serve())
+        uvloop.run(server.serve())
+    if server.failure is not None:
+        raise SystemExit(f"jobwire: {server.failure}")

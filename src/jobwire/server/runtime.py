@@ -61,6 +61,16 @@ class Runtime:
         self.poll_commits: Callable[[], None] = self.store.poll
         self._commit_if_idle: Callable[[], None] = self.store.commit_if_idle
         self.store.on_failure(engine.retract)
+        #: Asked by every listener before it serves a client (a Binary Star pair's vote,
+        #: `jobwire.server.bstar`); None: always serve.
+        self.gate: Callable[[], bool] | None = None
+        #: Called when this server becomes the active one of a Binary Star pair.
+        self.on_active: list[Callable[[], None]] = []
+        #: Stops the server (set by it): `on_shutdown(graceful)`; None: not possible here.
+        self.on_shutdown: Callable[[bool], None] | None = None
+        #: This server's Binary Star state ("primary", "backup", "active", "passive"), for
+        #: the refusals that tell clients why; None: not one of a pair.
+        self.role: Callable[[], str | None] = lambda: None
         self.busy_poll = busy_poll  # seconds; 0: block in the poller as soon as idle
         self._polling = False  # a `_poll_on` callback is queued
         self._read_since = False  # a read happened since `_poll_on` last ran
@@ -99,6 +109,16 @@ class Runtime:
         dirty, self._dirty = self._dirty, []
         for flush in dirty:
             flush()
+
+    def request_shutdown(self, graceful: bool) -> None:
+        """An operator asked the server to stop (Gearman's `shutdown [graceful]`)."""
+        if self.on_shutdown is not None:
+            self.on_shutdown(graceful)
+
+    def admit(self) -> bool:
+        """Serve a client now? Always, unless this is the passive server of a pair."""
+        gate = self.gate
+        return gate is None or gate()
 
     # ---------------------------------------------------------------- commit barrier
 

@@ -85,6 +85,12 @@ def admin_reply(server: GearmanServer, command: AdminCommand) -> bytes:
         return admin.OK
     if name == "maxqueue":
         return _maxqueue(engine, args)
+    if name == "shutdown":
+        # As gearmand: `shutdown` stops now; `shutdown graceful` stops accepting, lets the
+        # running jobs finish, then stops. The OK goes out before the server closes.
+        graceful = len(args) > 1 and args[1].lower() == "graceful"
+        server.runtime.request_shutdown(graceful)
+        return admin.OK
     if name == "getpid":
         return admin.ok_value(str(os.getpid()))
     if name == "verbose":

@@ -102,6 +102,13 @@ class GearmanConnection(Transport):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
+        runtime = self.server.runtime
+        if runtime.gate is not None and not runtime.admit():
+            # The passive server of a Binary Star pair: refused, so clients fail over. What
+            # the client sent meanwhile is dropped (`data_received` while closing).
+            self.closing = True
+            transport.close()
+            return
         self.conn_id = self.server.connection_made(self)
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -90,6 +90,8 @@ class Transport(Sink, asyncio.Protocol):
             self.peer_ip = str(peer[0])
 
     def data_received(self, data: bytes) -> None:
+        if self.closing:  # refused, or closing after a fatal error: nothing more is read
+            return
         self.server.runtime.note_read()
         acks = self.acks
         count_before = acks.count

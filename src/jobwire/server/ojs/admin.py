@@ -16,7 +16,7 @@ from aiohttp import web
 from jobwire.engine.worker import WorkerState
 from jobwire.protocols.ojs.errors import OJSError, invalid
 from jobwire.server.ojs.http import BASE, read_object, reply
-from jobwire.server.ojs.workers import worker_json
+from jobwire.server.ojs.workers import OPERATOR_QUIET, worker_json
 
 if TYPE_CHECKING:
     from jobwire.server.ojs.app import OJSService
@@ -39,6 +39,7 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
             raise OJSError("not_found", f"no live worker {worker_id!r}")
         if session.state is WorkerState.TERMINATE and state != "terminate":
             raise OJSError("conflict", "a terminating worker cannot be resumed", status=409)
+        session.info[OPERATOR_QUIET] = state == "quiet"
         service.engine.set_worker_state(session, WorkerState(state))
         return reply({"worker": worker_json(session)})
 

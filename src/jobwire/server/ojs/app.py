@@ -32,7 +32,7 @@ from jobwire.engine.job import Job, JobState
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
 from jobwire.ports import key_value_store
 from jobwire.protocols.ojs.envelope import SPEC_VERSION, PushRequest, parse_push
-from jobwire.protocols.ojs.errors import OJSError, invalid
+from jobwire.protocols.ojs.errors import OJSError, error_body, invalid
 from jobwire.protocols.ojs.ids import uuid7
 from jobwire.protocols.ojs.retry import RetryPolicy, parse_retry
 from jobwire.protocols.ojs.times import format_time
@@ -235,8 +235,20 @@ class OJSService:
 
     @web.middleware
     async def _note_read(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """A request read: the loop polls on a while for the next (`Runtime.note_read`)."""
-        self.runtime.note_read()
+        """A request read: the loop polls on a while for the next (`Runtime.note_read`).
+        The passive server of a Binary Star pair answers 503 (`Runtime.admit`)."""
+        runtime = self.runtime
+        runtime.note_read()
+        if runtime.gate is not None and not runtime.admit():
+            error = OJSError(
+                "backend_error",
+                "this server is not the active one of its pair",
+                status=503,
+                details={"binary_star": runtime.role()},
+            )
+            refused = reply(error_body(error, f"req_{uuid7()}"), 503, {"Retry-After": "1"})
+            refused.headers["OJS-Version"] = SPEC_VERSION
+            return refused
         response: web.StreamResponse = await handler(request)
         return response
 

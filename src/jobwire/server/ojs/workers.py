@@ -52,6 +52,14 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
     router.add_post(BASE + "/workers/register", routes.register)
     router.add_post(BASE + "/workers/deregister", routes.deregister)
     router.add_get(BASE + "/workers", routes.list_workers)
+    # The worker protocol's own paths (the OJS seed's), aliases of the routes above.
+    router.add_post(BASE + "/jobs/fetch", routes.fetch)
+    router.add_post(BASE + "/jobs/{id}/ack", routes.ack)
+    router.add_post(BASE + "/jobs/{id}/nack", routes.nack)
+
+
+#: Set in a worker's info while an operator holds it quiet (`admin.set_state`).
+OPERATOR_QUIET = "operator_quiet"
 
 
 def rank(state: Any) -> int:
@@ -72,7 +80,11 @@ def _test_directive(job: Job) -> Any:
 def worker_json(session: WorkerSession) -> dict[str, Any]:
     info = session.info
     return {
-        "worker_id": session.name,
+        # An OJS worker is known by the id it chose; the others by their session id.
+        "worker_id": session.name if session.protocol == "ojs" else session.id,
+        "protocol": session.protocol,
+        "name": session.name,
+        "abilities": sorted(session.abilities),
         "state": session.state.value,
         "hostname": info.get("hostname"),
         "pid": info.get("pid"),
@@ -83,6 +95,19 @@ def worker_json(session: WorkerSession) -> dict[str, Any]:
         "active_jobs": sorted(session.jobs),
         "last_heartbeat_at": format_time(session.last_seen) if session.last_seen else None,
     }
+
+
+async def _job_body(request: web.Request) -> dict[str, Any]:
+    """An ack or nack body; on `/jobs/{id}/ack|nack` the job id comes from the path (and the
+    body may be empty)."""
+    path_id = request.match_info.get("id")
+    if path_id is None:
+        return await read_object(request)
+    body = await read_object(request, required=False)
+    if body.get("job_id", path_id) != path_id:
+        raise invalid("job_id in the body differs from the job in the path")
+    body["job_id"] = path_id
+    return body
 
 
 class WorkerRoutes:
@@ -147,7 +172,13 @@ class WorkerRoutes:
         )
 
     async def list_workers(self, request: web.Request) -> web.Response:
-        sessions = [s for s in self.service.workers.values()]
+        """Every worker the server knows, of every protocol (the engine's registry; OJS
+        workers also after they terminated); `?protocol=` keeps one protocol's."""
+        sessions = list(self.service.workers.values())
+        sessions += [s for s in self.engine.workers.values() if s.protocol != "ojs"]
+        protocol = request.query.get("protocol")
+        if protocol:
+            sessions = [s for s in sessions if s.protocol == protocol]
         return reply({"workers": [worker_json(s) for s in sessions], "count": len(sessions)})
 
     # ------------------------------------------------------------------ fetch
@@ -214,7 +245,7 @@ class WorkerRoutes:
         return job
 
     async def ack(self, request: web.Request) -> web.Response:
-        body = await read_object(request)
+        body = await _job_body(request)
         job = self._active_job(body)
         result = body.get("result")
         if job.ext is None:
@@ -238,7 +269,7 @@ class WorkerRoutes:
         )
 
     async def nack(self, request: web.Request) -> web.Response:
-        body = await read_object(request)
+        body = await _job_body(request)
         job = self._active_job(body)
         error, retryable = self._error(job, body)
         requeue = body.get("requeue", False)
@@ -332,6 +363,16 @@ class WorkerRoutes:
                 directive = max(directive, rank(_test_directive(job)))
         if directive > rank(session.state.value):
             self.engine.set_worker_state(session, _DIRECTIVES[directive])
+        elif (
+            body.get("state") == WorkerState.RUNNING.value
+            and session.state is WorkerState.QUIET
+            and not session.info.get(OPERATOR_QUIET)
+            and directive == 0
+        ):
+            # The worker resumed itself (its SIGCONT after a SIGTSTP): the seed says the
+            # worker adopts the state the server returns, so the server follows it, unless
+            # an operator quieted it.
+            self.engine.set_worker_state(session, WorkerState.RUNNING)
         return reply(
             {
                 "state": session.state.value,

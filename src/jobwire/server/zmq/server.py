@@ -14,7 +14,7 @@ from jobwire.server.runtime import Runtime
 from jobwire.server.zmq.freelance import FreelanceServer
 from jobwire.server.zmq.majordomo import MajordomoBroker
 from jobwire.server.zmq.pirate import PirateQueue
-from jobwire.server.zmq.sockets import RouterSocket
+from jobwire.server.zmq.sockets import Handler, RouterSocket
 from jobwire.server.zmq.titanic import Titanic
 
 log = logging.getLogger("jobwire.zmq")
@@ -54,6 +54,19 @@ class ZmqServer:
         self.router: RouterSocket | None = None
         self._timers: list[asyncio.TimerHandle] = []
 
+    def _gated(self, handler: Handler) -> Handler:
+        """The passive server of a Binary Star pair answers no ZeroMQ request
+        (`Runtime.admit`); without a pair the handler runs as it is."""
+        runtime = self.runtime
+        if runtime.gate is None:
+            return handler
+
+        def gated(identity: bytes, frames: list[bytes]) -> None:
+            if runtime.admit():
+                handler(identity, frames)
+
+        return gated
+
     def start(self) -> None:
         """Bind the sockets (raises zmq.ZMQError if an endpoint is taken) and start beating."""
         loop = self.runtime.loop
@@ -64,7 +77,7 @@ class ZmqServer:
                 self.context,
                 loop,
                 options.endpoint,
-                self.broker.handle,
+                self._gated(self.broker.handle),
                 max_message=options.max_message,
                 on_read=note_read,
             )
@@ -75,7 +88,7 @@ class ZmqServer:
                 self.context,
                 loop,
                 options.ppp_frontend,
-                self.pirate.client_message,
+                self._gated(self.pirate.client_message),
                 max_message=options.max_message,
                 on_read=note_read,
             )
@@ -83,7 +96,7 @@ class ZmqServer:
                 self.context,
                 loop,
                 options.ppp_backend,
-                self.pirate.worker_message,
+                self._gated(self.pirate.worker_message),
                 max_message=options.max_message,
                 on_read=note_read,
             )
@@ -99,7 +112,7 @@ class ZmqServer:
                 self.context,
                 loop,
                 options.freelance_bind,
-                self.freelance.handle,
+                self._gated(self.freelance.handle),
                 max_message=options.max_message,
                 identity=identity.encode(),
                 on_read=note_read,
