@@ -380,11 +380,12 @@ class WmpWorker(Lifecycle[WmpJob]):
             self._ready_reset.set()
 
     async def _reready(self) -> None:
-        assert self._ready_reset is not None
+        assert self._ready_reset is not None and self._stop is not None
         delay = self.ready_base
-        while True:
+        while not self._stop.is_set():
             try:
-                await asyncio.wait_for(self._ready_reset.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._ready_reset.wait()
             except TimeoutError:
                 self._ready()
                 delay = min(delay * 2, self.ready_cap)
