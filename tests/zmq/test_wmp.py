@@ -91,9 +91,8 @@ def test_a_remembered_ready_is_ignored_and_one_job_wakes_one_worker(
     with GearmanSocket(manager) as client:
         client.send(Cmd.SUBMIT_JOB_BG, "echo", "", b"one")
         client.expect(Cmd.JOB_CREATED)
-    woken = []
-    while not woken:
-        woken = [w for w in workers if w.sock.poll(50)]
+    wait_until(lambda: any(w.sock.poll(0) for w in workers), "a worker woken")
+    woken = [w for w in workers if w.sock.poll(0)]
     assert len(woken) == 1
     job = take(woken[0])
     woken[0].send(wmp.DONE, {"job": job.get("job")}, [b"ONE"])
