@@ -242,6 +242,28 @@ def _setup_logging(log_file: str, verbose: str) -> None:
     help="Seconds between state messages; the peer is dead after two.",
 )
 @click.option(
+    "--wmp-port",
+    type=click.IntRange(min=0, max=65535),
+    default=0,
+    show_default=True,
+    help="ZeroMQ port of the Worker-Manager Protocol manager (docs/wmp.md); 0 disables it.",
+)
+@click.option(
+    "--wmp-heartbeat",
+    type=click.FloatRange(min=0, min_open=True),
+    default=2.5,
+    show_default=True,
+    help="Seconds between WMP heartbeats of a worker that announces no interval.",
+)
+@click.option(
+    "--wmp-lease",
+    type=click.FloatRange(min=0, min_open=True),
+    default=300.0,
+    show_default=True,
+    help="Seconds a WMP worker may hold a job without DONE or STATUS, unless its READY says.",
+)
+@click.option("--wmp-id", default=None, help="The WMP manager's identity [default: host/endpoint].")
+@click.option(
     "--rota-heartbeat-timeout",
     type=click.FloatRange(min=0, min_open=True),
     default=5.0,
@@ -313,6 +335,10 @@ def serve(
     bstar_local: str | None,
     bstar_remote: str | None,
     bstar_heartbeat: float,
+    wmp_port: int,
+    wmp_heartbeat: float,
+    wmp_lease: float,
+    wmp_id: str | None,
     rota_heartbeat_timeout: float,
     rota_beat_interval: float,
     rota_max_message: int,
@@ -389,6 +415,10 @@ def serve(
                 f"tcp://{zmq_listen or listen}:{freelance_port}" if freelance_port else None
             ),
             freelance_endpoint=freelance_endpoint,
+            wmp_bind=f"tcp://{zmq_listen or listen}:{wmp_port}" if wmp_port else None,
+            wmp_heartbeat=wmp_heartbeat,
+            wmp_lease=wmp_lease,
+            wmp_identity=wmp_id,
         ),
         gearman=GearmanOptions(
             exceptions=exceptions,
@@ -417,3 +447,7 @@ main.add_command(worker_state_command)
 from jobwire.sdk.spec_cli import spec_command  # noqa: E402
 
 main.add_command(spec_command)
+
+from jobwire.device import device_command  # noqa: E402
+
+main.add_command(device_command)

@@ -59,12 +59,23 @@ def load_worker(target: str) -> Worker:
     default="INFO",
     show_default=True,
 )
+@click.option(
+    "--wmp",
+    "wmp_managers",
+    multiple=True,
+    metavar="ENDPOINT",
+    help="Serve the tasks over the Worker-Manager Protocol to this manager or device "
+    "(tcp://...) instead of Gearman; repeat for several.",
+)
+@click.option("--role", "roles", multiple=True, help="A WMP role of this worker; repeatable.")
 def worker_command(
     target: str,
     servers: Sequence[str],
     concurrency: int | None,
     grace_period: float | None,
     log_level: str,
+    wmp_managers: Sequence[str],
+    roles: Sequence[str],
 ) -> None:
     """Run the Worker object found at MODULE:ATTR.
 
@@ -76,6 +87,17 @@ def worker_command(
         stream=sys.stderr,
     )
     worker = load_worker(target)
+    if wmp_managers:
+        from jobwire.sdk.wmp import WmpWorker
+
+        WmpWorker.from_worker(
+            worker,
+            wmp_managers,
+            slots=concurrency or worker.concurrency,
+            roles=roles,
+            grace_period=grace_period if grace_period is not None else worker.grace_period,
+        ).run()
+        return
     if servers:
         worker.servers = list(servers)
     if concurrency is not None:

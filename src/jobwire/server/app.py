@@ -188,6 +188,7 @@ class Server:
             zmq_options.endpoint
             or (zmq_options.ppp_frontend and zmq_options.ppp_backend)
             or zmq_options.freelance_bind
+            or zmq_options.wmp_bind
         ):
             zmq_server = ZmqServer(runtime, config.zmq)
             try:

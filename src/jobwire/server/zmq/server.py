@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,6 +17,7 @@ from jobwire.server.zmq.majordomo import MajordomoBroker
 from jobwire.server.zmq.pirate import PirateQueue
 from jobwire.server.zmq.sockets import Handler, RouterSocket
 from jobwire.server.zmq.titanic import Titanic
+from jobwire.server.zmq.wmp import WmpManager
 
 log = logging.getLogger("jobwire.zmq")
 
@@ -40,6 +42,12 @@ class ZmqOptions:
     #: endpoint clients connect to (None: the bind endpoint).
     freelance_bind: str | None = None
     freelance_endpoint: str | None = None
+    #: The WMP manager's ROUTER (None: off), the heartbeat a worker that announces none is
+    #: held to, the default lease of a job (seconds), and its identity (None: host:endpoint).
+    wmp_bind: str | None = None
+    wmp_heartbeat: float = 2.5
+    wmp_lease: float = 300.0
+    wmp_identity: str | None = None
 
 
 class ZmqServer:
@@ -51,6 +59,7 @@ class ZmqServer:
         self.broker = MajordomoBroker(self)
         self.pirate = PirateQueue(self)
         self.freelance = FreelanceServer(runtime.engine)
+        self.wmp = WmpManager(runtime.engine, options, wmp_identity(options))
         self.router: RouterSocket | None = None
         self._timers: list[asyncio.TimerHandle] = []
 
@@ -123,6 +132,18 @@ class ZmqServer:
                 identity,
             )
 
+        if options.wmp_bind:
+            self.wmp.socket = RouterSocket(
+                self.context,
+                loop,
+                options.wmp_bind,
+                self._gated(self.wmp.handle),
+                max_message=options.max_message,
+                on_read=note_read,
+            )
+            log.info("jobwire listening on %s (zeromq: wmp)", self.wmp.socket.endpoint)
+            self._every(options.wmp_heartbeat, self.wmp.tick)
+
     def _every(self, seconds: float, tick: Callable[[], None]) -> None:
         loop = self.runtime.loop
         index = len(self._timers)
@@ -145,8 +166,22 @@ class ZmqServer:
             timer.cancel()
         self.broker.close()
         self.pirate.close()
-        sockets = (self.router, self.pirate.frontend, self.pirate.backend, self.freelance.socket)
+        self.wmp.close()
+        sockets = (
+            self.router,
+            self.pirate.frontend,
+            self.pirate.backend,
+            self.freelance.socket,
+            self.wmp.socket,
+        )
         for sock in sockets:
             if sock is not None:
                 sock.close()
         self.context.term()
+
+
+def wmp_identity(options: ZmqOptions) -> str:
+    """The WMP manager's identity in TAKE and CANCEL: `--wmp-id`, else host and endpoint."""
+    if options.wmp_identity:
+        return options.wmp_identity
+    return f"{socket.gethostname()}/{options.wmp_bind or '-'}"
