@@ -7,7 +7,8 @@
 
 Status codes: `titanic.reply` answers 200 (the reply follows), 300 (pending: `reply`
 returns None), 400 (unknown uuid) or 500 (an error; with jobwire, the job failed for good):
-400 and 500 raise `ServiceError`. Every call is one Majordomo request with the Lazy Pirate
+400 and 500 raise `ServiceError`, and so does a 200 whose reply is jobwire's error reply (a
+task of `MdpWorker` that raised). Every call is one Majordomo request with the Lazy Pirate
 retries of `MdpClient`; a `request` resent after a timeout may store the request twice.
 """
 
@@ -20,7 +21,13 @@ from jobwire.protocols.zmq import services
 from jobwire.protocols.zmq.mdp import Version
 from jobwire.sdk.errors import ServiceError, Timeout
 from jobwire.sdk.zmq.client import MdpClient
-from jobwire.sdk.zmq.common import DEFAULT_ENDPOINT, as_name, body_of, status_code
+from jobwire.sdk.zmq.common import (
+    DEFAULT_ENDPOINT,
+    as_name,
+    body_of,
+    raise_for_error,
+    status_code,
+)
 
 
 def _failed(service: bytes, body: list[bytes]) -> ServiceError:
@@ -70,6 +77,8 @@ class TitanicClient:
         body = self.client.request(services.TITANIC_REPLY, uuid)
         code = status_code(body[0]) if body else 0
         if code == 200:
+            # A task of jobwire's MdpWorker that failed answered with jobwire's error reply.
+            raise_for_error(services.TITANIC_REPLY, body[1:])
             return body[1:]
         if code == 300:
             return None
