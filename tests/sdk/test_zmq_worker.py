@@ -4,6 +4,7 @@ while a long task runs, stop and quiet, and serving clients of other protocols."
 from __future__ import annotations
 
 import threading
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from jobwire import Client
 from jobwire.protocols.zmq import mdp
 from jobwire.protocols.zmq.mdp import Version
-from jobwire.sdk.zmq import MdpClient
+from jobwire.sdk.zmq import MdpClient, ServiceError
 from tests.interop.gearman_raw import status, wait_until
 from tests.sdk.support import Markers
 from tests.sdk.zmq_support import (
@@ -36,11 +37,14 @@ def servers() -> Iterator[list[ServerProcess]]:
 
 
 def start(
-    servers: list[ServerProcess], *args: str, port: int = 0, zmq_port: int = 0
+    servers: list[ServerProcess], *args: str, zmq_port: int = 0, http: bool = False
 ) -> ServerProcess:
-    """jobwire with ZeroMQ on `zmq_port` (a free one if 0)."""
+    """jobwire with ZeroMQ on `zmq_port` (a free one if 0); its heartbeat is the test
+    workers' (1 s) unless `args` say otherwise."""
     zmq_port = zmq_port or free_port()
-    server = start_jobwire(["--zmq-port", str(zmq_port), *args], port=port or None)
+    if "--mdp-heartbeat" not in args:
+        args = ("--mdp-heartbeat", "1", *args)
+    server = start_jobwire(["--zmq-port", str(zmq_port), *args], http=http)
     server.extra["zmq_port"] = zmq_port
     servers.append(server)
     return server
@@ -180,3 +184,35 @@ def test_gearman_clients_are_served_by_an_mdp_worker(servers: list[ServerProcess
         wait_served(server, "upper")
         with Client([server.address]) as gearman:
             assert gearman.submit("upper", b"cross") == b"CROSS"
+
+
+def test_the_worker_serves_on_after_its_request_is_cancelled(
+    servers: list[ServerProcess],
+) -> None:
+    """Cancelled (OJS DELETE) while its task runs: the client gets 410, the task's late
+    reply is dropped by the broker, and the worker gets the next request."""
+    server = start(servers, http=True)
+    markers = Markers()
+    with serving(fresh_worker(server, "block")), MdpClient(endpoint(server), **PATIENT) as c:
+        wait_served(server, "block")
+        outcome: dict[str, BaseException] = {}
+
+        def call() -> None:
+            try:
+                c.request("block", markers.spec("cancelled"))
+            except BaseException as exc:
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=call, daemon=True)
+        thread.start()
+        markers.wait_started("cancelled")
+        job_id = markers.starts("cancelled")[0].read_text()  # the task wrote job.handle
+        url = f"http://127.0.0.1:{server.http_port}/ojs/v1/jobs/{job_id}"
+        with urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=30):
+            pass
+        thread.join(30)
+        error = outcome["error"]
+        assert isinstance(error, ServiceError) and error.status == 410
+        markers.release("cancelled")  # its reply comes too late: dropped
+        markers.release("next")
+        assert c.request("block", markers.spec("next")) == [b"released next"]
