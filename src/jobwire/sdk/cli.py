@@ -7,27 +7,47 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
 
 import click
 
 from jobwire.sdk import admin
 from jobwire.sdk.client import Client
 from jobwire.sdk.errors import JobwireError
+from jobwire.sdk.tasks import Task
 from jobwire.sdk.worker import Worker
 
+if TYPE_CHECKING:
+    from jobwire.sdk.zmq import MdpWorker
+
+# jobwire.sdk.zmq (pyzmq) is imported where it is used: `jobwire submit` starts quicker.
+
 DEFAULT_SERVER = "127.0.0.1:4730"
+DEFAULT_MDP_SERVER = "tcp://127.0.0.1:5555"
 
 servers_option = click.option(
     "--server",
     "servers",
     multiple=True,
     metavar="HOST[:PORT]",
-    help=f"A Gearman server; repeat for several (default {DEFAULT_SERVER}).",
+    help=(
+        f"A Gearman server; repeat for several (default {DEFAULT_SERVER}). With --mdp: the "
+        f"Majordomo broker (default {DEFAULT_MDP_SERVER})."
+    ),
+)
+mdp_option = click.option(
+    "--mdp", is_flag=True, help="ZeroMQ Majordomo instead of Gearman (--server tcp://HOST:PORT)."
+)
+version_option = click.option(
+    "--version",
+    "mdp_version",
+    type=click.IntRange(1, 2),
+    help="With --mdp: Majordomo 0.1 (1, the default) or 0.2 (2).",
 )
 
 
-def load_worker(target: str) -> Worker:
-    """The Worker at MODULE:ATTR (ATTR may be dotted)."""
+def load_object(target: str) -> object:
+    """The object at MODULE:ATTR (ATTR may be dotted)."""
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise click.BadParameter("expected MODULE:ATTR, e.g. myapp.tasks:worker")
@@ -43,15 +63,59 @@ def load_worker(target: str) -> Worker:
             obj = getattr(obj, part)
         except AttributeError:
             raise click.BadParameter(f"{module_name} has no attribute {attr}") from None
+    return obj
+
+
+def load_worker(target: str) -> Worker:
+    """The Worker at MODULE:ATTR (ATTR may be dotted)."""
+    obj = load_object(target)
     if not isinstance(obj, Worker):
         raise click.BadParameter(f"{target} is a {type(obj).__name__}, not a jobwire Worker")
     return obj
 
 
+def mdp_endpoint(servers: Sequence[str]) -> str:
+    """The one Majordomo broker of --server (tcp:// is added to a bare HOST:PORT)."""
+    if len(servers) > 1:
+        raise click.BadParameter("a Majordomo client or worker talks to one broker")
+    if not servers:
+        return DEFAULT_MDP_SERVER
+    server = servers[0]
+    return server if "://" in server else f"tcp://{server}"
+
+
+def load_mdp_worker(target: str, version: int | None) -> MdpWorker:
+    """The MdpWorker at MODULE:ATTR, or one running the tasks of the Worker there."""
+    from jobwire.sdk.zmq import MdpJob, MdpWorker
+    from jobwire.sdk.zmq.common import version_of
+
+    obj = load_object(target)
+    if isinstance(obj, MdpWorker):
+        if version is not None:
+            obj.version = version_of(version)
+        return obj
+    if isinstance(obj, Worker):
+        worker = MdpWorker(version=version or 1, grace_period=obj.grace_period)
+        for task in obj.tasks.values():  # the task API is the same: jobs have the same surface
+            worker.tasks[task.name] = cast(Task[MdpJob], task)
+        return worker
+    raise click.BadParameter(f"{target} is a {type(obj).__name__}, not a jobwire worker")
+
+
 @click.command("worker")
 @click.argument("target", metavar="MODULE:ATTR")
 @servers_option
-@click.option("-c", "--concurrency", type=click.IntRange(min=1), help="Jobs held at once.")
+@mdp_option
+@version_option
+@click.option(
+    "--heartbeat", type=float, help="With --mdp: the broker's heartbeat interval (seconds)."
+)
+@click.option(
+    "-c",
+    "--concurrency",
+    type=click.IntRange(min=1),
+    help="Jobs held at once (with --mdp: requests at once per task).",
+)
 @click.option("--grace-period", type=float, help="Seconds SIGTERM waits for running jobs.")
 @click.option(
     "--log-level",
@@ -71,6 +135,9 @@ def load_worker(target: str) -> Worker:
 def worker_command(
     target: str,
     servers: Sequence[str],
+    mdp: bool,
+    mdp_version: int | None,
+    heartbeat: float | None,
     concurrency: int | None,
     grace_period: float | None,
     log_level: str,
@@ -79,6 +146,9 @@ def worker_command(
 ) -> None:
     """Run the Worker object found at MODULE:ATTR.
 
+    With --mdp (or when MODULE:ATTR is an MdpWorker) it serves Majordomo requests: an
+    MdpWorker as it is, a Gearman Worker's tasks through a new MdpWorker.
+
     SIGTERM/SIGINT stop it gracefully, SIGTSTP makes it quiet, SIGCONT resumes it.
     """
     logging.basicConfig(
@@ -86,6 +156,20 @@ def worker_command(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from jobwire.sdk.zmq import MdpWorker
+
+    if mdp or isinstance(load_object(target), MdpWorker):
+        mdp_worker = load_mdp_worker(target, mdp_version)
+        if servers:
+            mdp_worker.endpoint = mdp_endpoint(servers)
+        if concurrency is not None:
+            mdp_worker.concurrency = concurrency
+        if grace_period is not None:
+            mdp_worker.grace_period = grace_period
+        if heartbeat is not None:
+            mdp_worker.heartbeat = heartbeat
+        mdp_worker.run()
+        return
     worker = load_worker(target)
     if wmp_managers:
         from jobwire.sdk.wmp import WmpWorker
@@ -120,6 +204,8 @@ def worker_command(
 @click.option("--unique", help="Unique key: jobs with the same key are coalesced.")
 @click.option("--timeout", type=float, help="Seconds to wait for the result.")
 @servers_option
+@mdp_option
+@version_option
 def submit_command(
     function: str,
     data: str | None,
@@ -128,12 +214,23 @@ def submit_command(
     unique: str | None,
     timeout: float | None,
     servers: Sequence[str],
+    mdp: bool,
+    mdp_version: int | None,
 ) -> None:
     """Submit a job to FUNCTION with DATA (standard input when DATA is absent).
 
     Prints the result's bytes as they are, or the job handle with -b.
+
+    With --mdp, FUNCTION is a Majordomo service and DATA the request's one frame: prints each
+    frame of the reply on a line of its own, or with -b stores the request with Titanic and
+    prints its uuid. --timeout is then the Lazy Pirate timeout of each of 3 attempts (2.5 s).
     """
     payload = data.encode() if data is not None else sys.stdin.buffer.read()
+    if mdp:
+        if unique is not None or priority != "normal":
+            raise click.UsageError("--unique and --priority are Gearman options")
+        submit_mdp(function, payload, background, timeout, mdp_endpoint(servers), mdp_version)
+        return
     try:
         with Client(servers or [DEFAULT_SERVER]) as client:
             if background:
@@ -157,6 +254,30 @@ def submit_command(
                 sys.stdout.buffer.flush()
     except JobwireError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def submit_mdp(
+    service: str,
+    payload: bytes,
+    background: bool,
+    timeout: float | None,
+    endpoint: str,
+    version: int | None,
+) -> None:
+    from jobwire.sdk.zmq import MdpClient, TitanicClient
+
+    try:
+        with MdpClient(endpoint, version=version or 1, timeout=timeout or 2.5) as client:
+            if background:
+                click.echo(TitanicClient(client=client).request(service, payload))
+                return
+            frames = client.request(service, payload)
+    except JobwireError as exc:
+        raise click.ClickException(str(exc)) from exc
+    out = sys.stdout.buffer
+    for frame in frames:
+        out.write(frame + b"\n")
+    out.flush()
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

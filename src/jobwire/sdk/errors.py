@@ -42,3 +42,18 @@ class ServerError(JobwireError):
         super().__init__(f"{code}: {text}")
         self.code = code
         self.text = text
+
+
+class ServiceError(JobwireError):
+    """A ZeroMQ broker answered a request with an error (`jobwire.sdk.zmq`).
+
+    `status` is the broker's code: for jobwire's error reply `404` (no worker served the
+    service in time), `500` (the job failed; `text` says why) or `410` (cancelled); for
+    Titanic `400` (unknown request) or `500` (error); for MMI `501` (not implemented).
+    """
+
+    def __init__(self, service: str, status: int, text: str = "") -> None:
+        super().__init__(f"{service}: {status} {text}".rstrip())
+        self.service = service
+        self.status = status
+        self.text = text

@@ -252,6 +252,9 @@ class MajordomoBroker:
         self._alive(worker)
         job = worker.session.jobs.get(decode_name(message.client))
         if job is None:  # taken back meanwhile (lease expired, cancelled): dropped
+            if message.final and not worker.session.jobs:
+                # It is free now: without new credit the engine would never send it more.
+                self.engine.request_work(worker.session, 1)
             return
         engine = self.engine
         payload, sizes = join(message.body)

@@ -135,8 +135,10 @@ class PirateQueue:
         worker.expiry = self.clock() + self.options.ppp_heartbeat * self.options.liveness
         if isinstance(message, ppp.Reply):
             job = worker.session.jobs.get(message.address[-1].decode("utf-8", "replace"))
-            if job is None:
-                return  # taken back meanwhile: dropped
+            if job is None:  # taken back meanwhile: dropped
+                if not worker.session.jobs:  # it is free now: ask for its next job
+                    self.engine.request_work(worker.session, 1)
+                return
             payload, sizes = join(message.body)
             if sizes:
                 if job.ext is None:
