@@ -8,6 +8,7 @@ import orjson
 import zmq
 from jobwire.protocols.zmq import mdp
 from jobwire.protocols.zmq.mdp import Version
+from jobwire.server.zmq.majordomo import ERROR_MARK
 from tests.interop.gearman_raw import Cmd, GearmanSocket, status
 from tests.ojs.dsl import Runner
 from tests.servers import ServerProcess
@@ -91,3 +92,19 @@ def test_every_protocols_workers_show_in_the_one_worker_list(
         wait_until(lambda: listed() == {"mdp": ["mdp-fn"], "gearman": ["gm-fn"]}, "listed")
         only = http.request("GET", "/ojs/v1/workers?protocol=mdp").body["workers"]
         assert [w["worker_id"].split(":")[0] for w in only] == ["mdp"]
+
+
+def test_an_mdp_workers_error_reply_fails_the_job_for_a_gearman_client(
+    server: ServerProcess, peers: Zmq
+) -> None:
+    """MDP has no failure command: a worker's FINAL with the error body fails the job, so a
+    Gearman client that asked for exceptions gets WORK_EXCEPTION, not a result."""
+    worker = peers.worker(b"fragile")
+    with GearmanSocket(server) as client:
+        client.send(Cmd.OPTION_REQ, "exceptions")
+        client.expect(Cmd.OPTION_RES)
+        client.send(Cmd.SUBMIT_JOB, "fragile", "", b"x")
+        handle = client.expect(Cmd.JOB_CREATED).args[0]
+        request = take_request(worker)
+        worker.send(mdp.worker_reply(V1, request.client, [ERROR_MARK, b"500", b"it broke"]))
+        assert client.expect(Cmd.WORK_EXCEPTION).args == (handle, b"it broke")

@@ -16,7 +16,8 @@ worker serves it after `request_timeout` seconds, the client gets the error repl
 
 Error replies (documented in the README): a request that cannot be served gets a REPLY or
 FINAL whose body is [`ERROR_MARK`, status, text]: status `404` (no worker served the
-service in time), `500` (the job failed), `410` (it was cancelled).
+service in time), `500` (the job failed), `410` (it was cancelled). A worker fails a job the
+same way: its FINAL with that body fails the job (MDP has no failure command).
 """
 
 from __future__ import annotations
@@ -260,6 +261,15 @@ class MajordomoBroker:
         payload, sizes = join(message.body)
         if not message.final:
             engine.output(job, Output.DATA, payload)
+            return
+        body = message.body
+        if body[0] == ERROR_MARK:
+            # MDP has no failure command: a worker fails a job with the error reply's frames
+            # ([mark, status, text]), so Gearman/OJS clients, retry policies and Titanic see a
+            # failure, not a result.
+            text = body[2] if len(body) > 2 else b"failed"
+            engine.fail(job, text.decode("utf-8", "replace"), detail=text)
+            engine.request_work(worker.session, 1)
             return
         if sizes:
             if job.ext is None:
