@@ -334,10 +334,12 @@ def test_without_busy_polling_the_server_serves_the_same(server_with: ServerProc
     serial_round_trips(server_with, 20)
 
 
-@pytest.mark.parametrize("prefix", ["H:t", "H:" + "long-host-name." * 4])
+@pytest.mark.parametrize(
+    "prefix", ["H:t", "H:" + "long-host-name." * 2 + "x" * 12]
+)  # the longest allowed
 def test_job_created_names_every_job_by_its_number_across_blocks(prefix: str) -> None:
     # Replies of numbers from 1000 on are built from a block's start (`created_reply`);
-    # with the long prefix the handles are over 63 bytes and take the general way.
+    # with the longest prefix allowed the handles reach 64 bytes with the largest numbers.
     server = start_jobwire(["--job-handle-prefix", prefix, "--store", "memory"])
     try:
         with GearmanSocket(server) as client:

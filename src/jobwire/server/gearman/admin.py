@@ -9,11 +9,12 @@ import os
 from typing import TYPE_CHECKING, Any, Final
 
 from jobwire import __version__
-from jobwire.engine import Engine, IllegalTransition, JobState
+from jobwire.engine import Engine, IllegalTransition, JobState, WorkerState
 from jobwire.protocols.gearman import admin
 from jobwire.protocols.gearman.decoder import AdminCommand
 
 if TYPE_CHECKING:
+    from jobwire.server.gearman.handlers import GearmanConnection
     from jobwire.server.gearman.server import GearmanServer
 
 _ACTIVE: Final = JobState.ACTIVE
@@ -42,7 +43,7 @@ def admin_reply(server: GearmanServer, command: AdminCommand) -> bytes:
         )
     if name == "workers":
         return admin.workers(
-            (conn.fd, conn.peer_ip, conn.client_id, conn.worker.abilities if conn.worker else ())
+            (conn.fd, conn.peer_ip, _shown_id(conn), conn.worker.abilities if conn.worker else ())
             for conn in server.connections.values()
         )
     if name == "show" and len(args) > 1:
@@ -117,3 +118,12 @@ def _maxqueue(engine: Engine, args: list[str]) -> bytes:
         high, normal, low = values
     engine.set_queue_limits(args[1], high, normal, low)
     return admin.OK_MAXQUEUE
+
+
+def _shown_id(conn: GearmanConnection) -> str:
+    """The client id, and the worker's state after it when an operator quieted or is
+    terminating it (`CLIENT-ID[quiet]`): the line keeps gearmand's shape otherwise."""
+    worker = conn.worker
+    if worker is None or worker.state is WorkerState.RUNNING:
+        return str(conn.client_id)
+    return f"{conn.client_id}[{worker.state.value}]"

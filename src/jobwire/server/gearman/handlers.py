@@ -99,6 +99,8 @@ class GearmanConnection(Transport):
         # The packet types of the GRABs waiting. A list, not a deque: it holds a few
         # entries, and compiled, a list's truth is native, a deque's a call.
         self.held_grabs: list[int] = []
+        # An operator asked the worker to terminate: close once it holds no job.
+        self.terminating = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -151,6 +153,8 @@ class GearmanConnection(Transport):
         job = self.held(number, handle, NOT_HELD)
         if job is not None:
             self.engine.complete(job, result)
+            if self.terminating:
+                self._terminate_if_idle()
 
     def grab(self, kind: int) -> None:
         worker = self.session()
@@ -467,11 +471,26 @@ class GearmanConnection(Transport):
         job = self.held_by_handle(args[0])
         if job is not None:
             self.engine.fail(job, "WORK_FAIL")  # no detail: clients get WORK_FAIL
+            if self.terminating:
+                self._terminate_if_idle()
 
     def work_exception(self, args: tuple[bytes, ...]) -> None:
         job = self.held_by_handle(args[0], EXCEPTION_NOT_FOUND)
         if job is not None:
             self.engine.fail(job, args[1], detail=args[1])
+            if self.terminating:
+                self._terminate_if_idle()
+
+    def terminate_when_idle(self) -> None:
+        """An operator's `terminate`: the engine gives the worker nothing new (its state);
+        the connection closes once the jobs it holds are done."""
+        self.terminating = True
+        self._terminate_if_idle()
+
+    def _terminate_if_idle(self) -> None:
+        worker = self.worker
+        if worker is None or not worker.jobs:
+            self.close_after_flush()
 
 
 def _status_fields(job: Job | None) -> tuple[bytes, bytes, bytes, bytes]:

@@ -184,6 +184,8 @@ class Transport(Sink, asyncio.Protocol):
         acks = self.acks
         count = acks.released - self.sent if acks.holds else len(out)
         if count <= 0:
+            if self.closing and not out and self.transport is not None:
+                self.transport.close()  # closing with nothing left to say
             return
         transport = self.transport
         if transport is None or self._is_closing():

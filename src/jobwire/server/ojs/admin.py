@@ -31,7 +31,9 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
         state = body.get("state")
         if state not in OPERATOR_STATES:
             raise invalid(f"state must be one of {', '.join(OPERATOR_STATES)}")
-        other = _other_protocol(request, worker_id, state)
+        other = _other_protocol(request, worker_id, state) or _direct_gearman(
+            service, worker_id, state
+        )
         if other is not None:
             return reply({"worker": other})
         session = service.workers.get(worker_id)
@@ -62,3 +64,20 @@ def _other_protocol(request: web.Request, worker_id: str, state: str) -> dict[st
         if rota is not None:
             return rota.direct(worker_id, state)
     return None
+
+
+def _direct_gearman(service: OJSService, worker_id: str, state: str) -> dict[str, Any] | None:
+    """A Gearman worker (`gearman:N`, as `GET /ojs/v1/workers` lists it) is directed
+    server-side: quiet gets no jobs and no wake-ups, running resumes, terminate closes its
+    connection once the jobs it holds are done."""
+    if not worker_id.startswith("gearman:"):
+        return None
+    session = service.engine.workers.get(worker_id)
+    if session is None or session.protocol != "gearman":
+        return None
+    if session.state is WorkerState.TERMINATE and state != "terminate":
+        raise OJSError("conflict", "a terminating worker cannot be resumed", status=409)
+    service.engine.set_worker_state(session, WorkerState(state))
+    if state == "terminate":
+        session.handler.terminate_when_idle()  # type: ignore[attr-defined]
+    return worker_json(session)
