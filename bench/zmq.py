@@ -77,6 +77,8 @@ MDPBENCH_SRC = REPO / "bench" / "mdpbench" / "mdpbench.c"
 ZGUIDE_MIRROR = Path("/work/.mirror/booksbyus+zguide/repo")
 ZGUIDE_CLONE = "git clone --depth 1 https://github.com/booksbyus/zguide bench/.zmq-peers/zguide"
 MAJORTOMO = "majortomo==0.2.0"
+#: Appended to every `jobwire serve` (--jobwire-args).
+JOBWIRE_ARGS: list[str] = []
 
 # ---------------------------------------------------------------------------- patches
 
@@ -278,7 +280,7 @@ def broker_command(broker: Broker, port: int, workdir: Path, paths: Paths) -> li
         store = "memory" if broker.store == "memory" else f"sqlite:{workdir / 'jobwire.db'}"
         return [
             jobwire_path(), "serve", "-L", "127.0.0.1", "--port", str(free_port()),
-            "--store", store, "--http-port", "0", "--zmq-port", str(port),
+            "--store", store, "--http-port", "0", "--zmq-port", str(port), *JOBWIRE_ARGS,
         ]  # fmt: skip
     if broker.kind == "zguide-py":
         assert paths.zguide_py is not None
@@ -469,7 +471,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="rounds per broker; best shown")
     parser.add_argument("--duration", type=float, default=5.0, help="measured seconds per run")
     parser.add_argument("--results", type=Path, default=OUT / "zmq-results.jsonl")
+    parser.add_argument("--jobwire-args", default="", help="more `jobwire serve` flags")
     args = parser.parse_args(argv)  # fmt: skip
+    JOBWIRE_ARGS.extend(args.jobwire_args.split())
 
     wanted = args.brokers.split(",")
     unknown = set(wanted) - set(BROKER_NAMES)
