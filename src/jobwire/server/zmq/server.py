@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import zmq
-
 from jobwire.ports import key_value_store
 from jobwire.server.runtime import Runtime
 from jobwire.server.zmq.majordomo import MajordomoBroker
