@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # `make test` or `make serve`, so they never run a stale build (src/jobwire/native.py).
 NATIVE_SOURCES := $(shell $(PYTHON) src/jobwire/native.py)
 
-.PHONY: install serve test lint bench bench-e2e clean
+.PHONY: install serve test lint bench bench-e2e bench-zmq clean
 
 install: $(STAMP)
 
@@ -38,7 +38,12 @@ bench: install
 bench-e2e: install
 	$(BIN)/python bench/e2e.py
 
+# Majordomo: jobwire vs the ZeroMQ Guide's Python and C brokers and majortomo (fetched and
+# built into bench/.zmq-peers/ on first run; needs libzmq3-dev and libczmq-dev).
+bench-zmq: install
+	$(BIN)/python bench/zmq.py
+
 clean:
-	rm -rf $(VENV) bench/.venv-peers jobwire-data build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) bench/.venv-peers bench/.zmq-peers jobwire-data build .pytest_cache .mypy_cache .ruff_cache
 	find src -name '*.so' -delete
 	rm -f src/jobwire/native-build.txt

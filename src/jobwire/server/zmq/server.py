@@ -80,7 +80,14 @@ class ZmqServer:
         """Bind the sockets (raises zmq.ZMQError if an endpoint is taken) and start beating."""
         loop = self.runtime.loop
         options = self.options
-        note_read = self.runtime.note_read
+        # Between two reads a batch may go to an idle disk (the durable store), as after
+        # any read; but ZeroMQ reads do not start the loop's busy polling (`--busy-poll`):
+        # libzmq's own I/O thread moves the bytes and wakes the loop, and a loop spinning
+        # on a second CPU takes the time that thread needs. On 2 CPUs, polling cost the
+        # Majordomo benchmark a third of its requests/s and did not shorten the serial
+        # round trip (bench/PERFORMANCE.md).
+        runtime = self.runtime
+        note_read = runtime.store.commit_if_idle if runtime.durable_store else None
         if options.endpoint:
             self.router = RouterSocket(
                 self.context,
