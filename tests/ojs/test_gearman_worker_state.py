@@ -42,6 +42,7 @@ def test_quiet_running_and_terminate_reach_a_gearman_worker(server: ServerProces
         assert "w1[quiet] : job" in admin(server, "workers")
 
         assert direct(http, worker_id, "running") == 200
+        worker.expect(Cmd.NOOP)  # resumed while work waits: woken
         worker.send(Cmd.GRAB_JOB)
         handle = worker.expect(Cmd.JOB_ASSIGN).args[0]
 

@@ -108,3 +108,22 @@ def test_an_mdp_workers_error_reply_fails_the_job_for_a_gearman_client(
         request = take_request(worker)
         worker.send(mdp.worker_reply(V1, request.client, [ERROR_MARK, b"500", b"it broke"]))
         assert client.expect(Cmd.WORK_EXCEPTION).args == (handle, b"it broke")
+
+
+def test_an_operator_quiets_an_mdp_worker_through_the_admin_endpoint(
+    server: ServerProcess, peers: Zmq
+) -> None:
+    http = Runner(f"http://127.0.0.1:{server.http_port}")
+    worker = peers.worker(b"held")
+    wait_until(lambda: http.request("GET", "/ojs/v1/workers?protocol=mdp").body["count"] == 1, "up")
+    [listed] = http.request("GET", "/ojs/v1/workers?protocol=mdp").body["workers"]
+    path = f"/ojs/v1/admin/workers/{listed['worker_id']}/state"
+    assert http.request("POST", path, {"state": "quiet"}).status == 200
+    client = peers.peer(zmq.DEALER)
+    client.send(mdp.request(V1, b"held", [b"x"]))
+    wait_until(lambda: status(server).get("held", (0, 0, 0))[:2] == (1, 0), "queued, not run")
+    assert worker.quiet_for(0.3)  # quiet: no request pushed
+    assert http.request("POST", path, {"state": "running"}).status == 200
+    request = take_request(worker)
+    worker.send(mdp.worker_reply(V1, request.client, [b"ok"]))
+    assert mdp.decode_reply(client.recv()).body == (b"ok",)

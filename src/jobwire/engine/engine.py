@@ -576,6 +576,11 @@ class Engine:
             if not self._is_waiting(worker):
                 self._pass_on_wake(worker.abilities)
             self._stop_waiting(worker)
+        elif worker.dispatch is _PUSH:
+            if worker.credit > 0:  # resumed: what it asked for while quiet, if there is any
+                self._push_work(worker)
+        elif worker.dispatch is Dispatch.WAKE and self._best_lane(worker) is not None:
+            worker.handler.wake()  # resumed while work waits: it may be asleep
 
     def has_work(self, worker: WorkerSession) -> bool:
         return self._best_lane(worker) is not None

@@ -31,7 +31,7 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
         state = body.get("state")
         if state not in OPERATOR_STATES:
             raise invalid(f"state must be one of {', '.join(OPERATOR_STATES)}")
-        other = _other_protocol(request, worker_id, state) or _direct_gearman(
+        other = _other_protocol(request, worker_id, state) or _direct_engine_worker(
             service, worker_id, state
         )
         if other is not None:
@@ -66,18 +66,18 @@ def _other_protocol(request: web.Request, worker_id: str, state: str) -> dict[st
     return None
 
 
-def _direct_gearman(service: OJSService, worker_id: str, state: str) -> dict[str, Any] | None:
-    """A Gearman worker (`gearman:N`, as `GET /ojs/v1/workers` lists it) is directed
-    server-side: quiet gets no jobs and no wake-ups, running resumes, terminate closes its
-    connection once the jobs it holds are done."""
-    if not worker_id.startswith("gearman:"):
-        return None
+def _direct_engine_worker(service: OJSService, worker_id: str, state: str) -> dict[str, Any] | None:
+    """A worker of a protocol without lifecycle messages (Gearman `gearman:N`, Majordomo
+    `mdp:…`, Pirate `ppp:…`, WMP), as `GET /ojs/v1/workers` lists it, is directed server-side:
+    quiet and terminate give it no job and no wake-up, running resumes; a Gearman worker's
+    connection also closes once the jobs it holds are done (`terminate_when_idle`)."""
     session = service.engine.workers.get(worker_id)
-    if session is None or session.protocol != "gearman":
+    if session is None or session.protocol in ("ojs", "rota"):
         return None
     if session.state is WorkerState.TERMINATE and state != "terminate":
         raise OJSError("conflict", "a terminating worker cannot be resumed", status=409)
     service.engine.set_worker_state(session, WorkerState(state))
-    if state == "terminate":
-        session.handler.terminate_when_idle()  # type: ignore[attr-defined]
+    finish = getattr(session.handler, "terminate_when_idle", None)
+    if state == "terminate" and finish is not None:
+        finish()
     return worker_json(session)

@@ -307,8 +307,8 @@ class RotaConnection:
         assigning to the worker, and the worker is told."""
         session = self.session
         assert session is not None
+        self.send(SetState(state.value))  # first: a resumed worker may be assigned at once
         self.engine.set_worker_state(session, state)
-        self.send(SetState(state.value))
         log.info("%s: directed to %s", session.id, state.value)
         if state is WorkerState.RUNNING:
             self.request_work()
