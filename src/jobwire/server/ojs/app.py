@@ -38,6 +38,7 @@ from jobwire.protocols.ojs.retry import RetryPolicy, parse_retry
 from jobwire.protocols.ojs.times import format_time
 from jobwire.protocols.ojs.unique import UniquePolicy
 from jobwire.server.ojs.deadletter_queue import DeadLetter
+from jobwire.server.ojs.edges import Cors, json_only
 from jobwire.server.ojs.http import BASE, ojs_middleware, reply
 from jobwire.server.ojs.liveness import WorkerLiveness
 from jobwire.server.ojs.ratelimit import QueueRateLimits
@@ -71,6 +72,8 @@ class OJSOptions:
     event_log_size: int = 10_000
     #: Cron runs missed while the server was down: "skip" or "once" (`engine.cron`).
     cron_catch_up: str = "skip"
+    #: Origins allowed cross-origin requests (`--cors-origin`); none: CORS is off.
+    cors_origins: tuple[str, ...] = ()
 
 
 class _HttpWorker:
@@ -229,10 +232,11 @@ class OJSService:
         from jobwire.server.ojs import workflows as workflow_routes
         from jobwire.server.ojs.openapi import openapi_document
 
-        app = web.Application(
-            middlewares=[self._note_read, ojs_middleware, self._durable_replies],
-            client_max_size=self.options.max_body,
-        )
+        middlewares: list[Any] = [self._note_read]
+        if self.options.cors_origins:
+            middlewares.append(Cors(self.options.cors_origins).middleware)
+        middlewares += [ojs_middleware, json_only, self._durable_replies]
+        app = web.Application(middlewares=middlewares, client_max_size=self.options.max_body)
         r = app.router
         r.add_get("/ojs/manifest", self.manifest)
         r.add_get(BASE + "/health", self.health)
