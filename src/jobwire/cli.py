@@ -295,6 +295,14 @@ def _setup_logging(log_file: str, verbose: str) -> None:
     default=None,
     help="Where registered job specs are kept [default: beside an sqlite store, else memory].",
 )
+@click.option(
+    "--cors-origin",
+    "cors_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="Allow cross-origin requests to /ojs/v1 from ORIGIN (repeatable; * for any). "
+    "Default: CORS off.",
+)
 def serve(
     listen: str,
     port: int,
@@ -344,6 +352,7 @@ def serve(
     rota_max_message: int,
     rota_logs: bool,
     rota_spec_file: Path | None,
+    cors_origins: tuple[str, ...],
 ) -> None:
     """Run the job server."""
     from jobwire import native
@@ -394,6 +403,7 @@ def serve(
             allow_reset=allow_reset,
             heartbeat_timeout=heartbeat_timeout,
             cron_catch_up=cron_catch_up,
+            cors_origins=tuple(cors_origins),
         ),
         rota=RotaOptions(
             heartbeat_timeout=rota_heartbeat_timeout,

@@ -1,11 +1,16 @@
 """Fuzz `/ojs/v1` with schemathesis against the server's own OpenAPI document.
 
 Every operation gets a bounded number of generated requests (valid and invalid); the
-server must never answer 5xx, and every 4xx must carry the OJS error body.
+server must never answer 5xx, and every 4xx must carry the OJS error body. A second run fuzzes
+with extreme numbers: the same document with every numeric bound removed, so integers far
+outside 64 bits, 1e308 and negative values reach every numeric field.
 """
 
 from __future__ import annotations
 
+import copy
+import json
+import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,19 +44,14 @@ def check(case: Any) -> None:
         assert isinstance(error.get("retryable"), bool), where
 
 
-def test_no_server_errors_and_ojs_error_bodies(fuzzed_server: ServerProcess) -> None:
-    # Driven by hand rather than through schemathesis's pytest plugin, which does not
-    # support the pytest version in use.
-    base = f"http://127.0.0.1:{fuzzed_server.http_port}/ojs/v1"
-    schema = schemathesis.openapi.from_url(base + "/openapi.json")
-    schema.config.update(base_url=base)
+def fuzz_operations(schema: Any, examples: int = MAX_EXAMPLES) -> None:
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 25
     for operation in operations:
 
         @given(case=operation.as_strategy())
         @settings(
-            max_examples=MAX_EXAMPLES,
+            max_examples=examples,
             deadline=None,
             suppress_health_check=list(HealthCheck),
             derandomize=True,
@@ -61,3 +61,35 @@ def test_no_server_errors_and_ojs_error_bodies(fuzzed_server: ServerProcess) -> 
             check(case)
 
         fuzz()
+
+
+def test_no_server_errors_and_ojs_error_bodies(fuzzed_server: ServerProcess) -> None:
+    # Driven by hand rather than through schemathesis's pytest plugin, which does not
+    # support the pytest version in use.
+    base = f"http://127.0.0.1:{fuzzed_server.http_port}/ojs/v1"
+    schema = schemathesis.openapi.from_url(base + "/openapi.json")
+    schema.config.update(base_url=base)
+    fuzz_operations(schema)
+
+
+BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def unbounded(node: Any) -> Any:
+    """The schema without numeric bounds: any integer (64 bits and far beyond), any float."""
+    if isinstance(node, dict):
+        return {k: unbounded(v) for k, v in node.items() if k not in BOUNDS}
+    if isinstance(node, list):
+        return [unbounded(item) for item in node]
+    return node
+
+
+def test_extreme_numbers_get_400_never_5xx(fuzzed_server: ServerProcess) -> None:
+    base = f"http://127.0.0.1:{fuzzed_server.http_port}/ojs/v1"
+    with urllib.request.urlopen(base + "/openapi.json", timeout=10) as response:
+        document = json.load(response)
+    wide = unbounded(copy.deepcopy(document))
+    assert "maximum" not in json.dumps(wide["components"]["schemas"]["Options"])
+    schema = schemathesis.openapi.from_dict(wide)
+    schema.config.update(base_url=base)
+    fuzz_operations(schema, examples=15)

@@ -160,11 +160,21 @@ class CronScheduler:
             except (CronError, KeyError, TypeError, ValueError) as exc:
                 log.error("cron registration %r cannot be restored: %s", key, exc)
                 continue
+            try:
+                self.check(entry)
+            except CronError as exc:  # kept by an older version that checked less
+                log.error("cron registration %r cannot be restored: %s", key, exc)
+                continue
             self._entries[entry.name] = entry
             if self.catch_up == "once" and self.missed(entry) is not None:
                 self.engine.timers.add(self.engine.clock(), self._catch_up, entry)
             self._arm(entry)
         return len(self._entries)
+
+    def check(self, entry: CronEntry) -> float:
+        """The first time `entry` fires from now; CronError if it never does (before the
+        year 10000). `register` calls it before it changes anything."""
+        return entry.expression.first_run(self.engine.clock(), zone(entry.timezone))
 
     def missed(self, entry: CronEntry) -> float | None:
         """The first time `entry` should have fired since its last run (or registration)
@@ -191,7 +201,9 @@ class CronScheduler:
         self._save(entry)
 
     def register(self, entry: CronEntry) -> tuple[CronEntry, bool]:
-        """Add or replace (upsert) the registration named `entry.name`; True if new."""
+        """Add or replace (upsert) the registration named `entry.name`; True if new.
+        Raises CronError (and changes nothing) for a schedule that never fires."""
+        self.check(entry)
         old = self._entries.get(entry.name)
         now = self.engine.clock()
         if old is None:

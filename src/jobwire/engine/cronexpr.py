@@ -42,6 +42,11 @@ _BOUNDS = {
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 #: How far ahead to look for a match (an expression like 0 0 30 2 * never fires).
 _SEARCH_DAYS = 366 * 5
+#: The latest time a schedule may fire: the end of year 9999, the last one a timestamp can
+#: write (the OJS binding's `limits.MAX_TIME`).
+LATEST = 253402300799.0
+#: The longest `@every` interval: 100 years (the OJS binding's `limits.MAX_DURATION_S`).
+MAX_EVERY = 36500 * 86400
 
 
 class CronError(ValueError):
@@ -78,6 +83,14 @@ class CronExpression:
                     return found
             day += timedelta(days=1)
         raise CronError(f"{self.text!r} never fires")
+
+    def first_run(self, now: float, tz: ZoneInfo, anchor: float | None = None) -> float:
+        """`next_after(now)`, refused (CronError) when it never comes or comes after
+        `LATEST`: a schedule the engine keeps always has a next time it can write."""
+        when = self.next_after(now, tz, anchor)
+        if not when <= LATEST:
+            raise CronError(f"{self.text!r} would not fire before the year 10000")
+        return when
 
     def _day_matches(self, day: date) -> bool:
         if day.month not in self.months:
@@ -171,6 +184,8 @@ def _every(text: str) -> CronExpression:
         pos = match.end()
     if not spec or pos != len(spec) or total < 1:
         raise CronError(f"@every needs a duration of at least 1s such as 30m or 1h30m: {text!r}")
+    if total > MAX_EVERY:
+        raise CronError(f"@every is at most {MAX_EVERY // 3600}h (100 years): {text!r}")
     empty: frozenset[int] = frozenset()
     return CronExpression(text, empty, empty, empty, empty, empty, empty, True, True, total)
 

@@ -17,6 +17,7 @@ from jobwire.engine import Engine, EngineConfig
 from jobwire.ports import Store
 from jobwire.server.gearman import GearmanOptions, GearmanServer
 from jobwire.server.ojs.app import OJSOptions, OJSService
+from jobwire.server.ojs.edges import OJSAppRunner
 from jobwire.server.rota import RotaOptions, RotaService
 from jobwire.server.runtime import BUSY_POLL, Runtime
 from jobwire.server.zmq import ZmqOptions, ZmqServer
@@ -86,7 +87,8 @@ async def serve_http(ojs: OJSService, rota: RotaService, host: str, port: int) -
     """One HTTP listener for the OJS binding and the Rota `/work` WebSocket."""
     app = ojs.app()
     rota.install(app)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # Malformed HTTP that aiohttp's parser refuses is answered with an OJS error body too.
+    runner = OJSAppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
     await site.start()

@@ -17,6 +17,7 @@ STATUS = {
     "duplicate": 409,
     "conflict": 409,
     "payload_too_large": 413,
+    "unsupported_media_type": 415,
     "queue_paused": 422,
     "unsupported": 422,
     "rate_limited": 429,
@@ -36,6 +37,7 @@ HINTS = {
     "conflict": "The job's current state does not allow this operation.",
     "duplicate": "A job with this id or unique key already exists.",
     "queue_paused": "Resume the queue with POST /ojs/v1/queues/{name}/resume.",
+    "unsupported_media_type": "Send JSON, Content-Type application/openjobspec+json.",
 }
 
 

@@ -12,8 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from jobwire.protocols.ojs.errors import invalid
-from jobwire.protocols.ojs.times import parse_duration
+from jobwire.protocols.ojs.messages import Unique, convert
 
 KEY_PARTS = ("type", "queue", "args", "meta")
 DEFAULT_KEYS = ("type", "queue", "args")
@@ -65,46 +64,20 @@ def _select_args(args: list[Any], names: tuple[str, ...]) -> dict[str, Any]:
     return {}
 
 
-def _strings(
-    raw: dict[str, Any], name: str, allowed: tuple[str, ...] | None = None
-) -> tuple[str, ...] | None:
-    value = raw.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise invalid(f"unique.{name} must be an array of strings")
-    if allowed is not None:
-        for v in value:
-            if v not in allowed:
-                raise invalid(f"unique.{name} entries must be among {', '.join(allowed)}")
-    return tuple(value)
+def unique_policy(raw: Unique) -> UniquePolicy:
+    """A validated `unique` option -> UniquePolicy."""
+    return UniquePolicy(
+        keys=tuple(raw.keys) if raw.keys else DEFAULT_KEYS,
+        args_keys=tuple(raw.args_keys) if raw.args_keys is not None else None,
+        meta_keys=tuple(raw.meta_keys or ()),
+        period=float(raw.period) if raw.period is not None else None,
+        states=frozenset(raw.states) if raw.states is not None else frozenset(DEFAULT_STATES),
+        on_conflict=raw.on_conflict,
+    )
 
 
 def parse_unique(raw: Any) -> UniquePolicy | None:
     """The `unique` option -> UniquePolicy (None when absent); raises OJSError."""
     if raw is None:
         return None
-    if not isinstance(raw, dict):
-        raise invalid("options.unique must be an object")
-    keys = _strings(raw, "keys", KEY_PARTS) or DEFAULT_KEYS
-    meta_keys = _strings(raw, "meta_keys") or ()
-    if "meta" in keys and not meta_keys:
-        raise invalid("unique.meta_keys is required when unique.keys contains meta")
-    states = _strings(raw, "states", STATES)
-    on_conflict = raw.get("on_conflict", "reject")
-    if on_conflict not in ON_CONFLICT:
-        raise invalid(f"unique.on_conflict must be one of {', '.join(ON_CONFLICT)}")
-    period = None
-    if raw.get("period") is not None:
-        try:
-            period = parse_duration(raw["period"])
-        except ValueError:
-            raise invalid("unique.period must be an ISO-8601 duration such as PT1H") from None
-    return UniquePolicy(
-        keys=keys,
-        args_keys=_strings(raw, "args_keys"),
-        meta_keys=meta_keys,
-        period=period,
-        states=frozenset(states) if states is not None else frozenset(DEFAULT_STATES),
-        on_conflict=str(on_conflict),
-    )
+    return unique_policy(convert(raw, Unique, "$.options.unique"))

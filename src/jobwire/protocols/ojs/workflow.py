@@ -1,8 +1,8 @@
 """Workflow requests (chain, group, batch): validate `POST /ojs/v1/workflows` bodies.
 
 The conformance suite's shape: `{type, name, steps | jobs: [job...], callbacks?: {on_success,
-on_failure, on_complete}}`; each job is a PUSH body. Every job is validated up front, so a
-workflow is created whole or not at all.
+on_failure, on_complete}}`; each job is a PUSH body (`messages.Workflow`). Every job is
+validated up front, so a workflow is created whole or not at all.
 """
 
 from __future__ import annotations
@@ -10,12 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobwire.protocols.ojs.envelope import PushRequest, parse_push
+from jobwire.protocols.ojs.envelope import push_request
 from jobwire.protocols.ojs.errors import OJSError, invalid
+from jobwire.protocols.ojs.limits import MAX_STEPS
+from jobwire.protocols.ojs.messages import Template, Workflow, convert
 
 WORKFLOW_TYPES = ("chain", "group", "batch")
 CALLBACKS = ("on_success", "on_failure", "on_complete")
-MAX_STEPS = 1000
+
+__all__ = ["CALLBACKS", "MAX_STEPS", "WORKFLOW_TYPES", "WorkflowRequest", "parse_workflow"]
 
 
 @dataclass(slots=True)
@@ -27,47 +30,34 @@ class WorkflowRequest:
     meta: dict[str, Any] | None = None
 
 
-def _job(body: Any, where: str) -> PushRequest:
-    if not isinstance(body, dict):
-        raise invalid(f"{where} must be a job object {{type, args, options?}}")
-    if "depends_on" in body:
+def _check_job(env: Template, body: Any, where: str) -> None:
+    if isinstance(body, dict) and "depends_on" in body:
         raise OJSError("unsupported", f"{where}: depends_on (DAG workflows) is not supported")
-    try:
-        return parse_push({k: v for k, v in body.items() if k != "id"})
-    except OJSError as exc:
-        raise invalid(f"{where}: {exc.message}", status=exc.status) from None
+    push_request(env, body)
 
 
 def parse_workflow(body: Any) -> WorkflowRequest:
     if not isinstance(body, dict):
         raise OJSError("invalid_payload", "request body must be a JSON object")
-    kind = body.get("type")
-    if kind not in WORKFLOW_TYPES:
-        raise invalid(f"type must be one of {', '.join(WORKFLOW_TYPES)}")
-    name = body.get("name")
-    if name is not None and not isinstance(name, str):
-        raise invalid("name must be a string")
-    steps = body.get("steps", body.get("jobs"))
-    if not isinstance(steps, list) or not steps:
-        raise invalid("steps (or jobs) must be a non-empty array of jobs")
-    if len(steps) > MAX_STEPS:
-        raise invalid(f"a workflow has at most {MAX_STEPS} steps")
-    for index, step in enumerate(steps):
-        _job(step, f"steps[{index}]")
-    raw_callbacks = body.get("callbacks") or {}
-    if not isinstance(raw_callbacks, dict):
-        raise invalid("callbacks must be an object {on_success?, on_failure?, on_complete?}")
+    raw_callbacks = body.get("callbacks")
+    if isinstance(raw_callbacks, dict):
+        for key in raw_callbacks:
+            if key not in CALLBACKS:
+                raise invalid(f"callbacks keys must be among {', '.join(CALLBACKS)}")
+    flow = convert(body, Workflow)
+    key = "steps" if flow.steps is not None else "jobs"
+    envelopes = flow.steps if flow.steps is not None else flow.jobs
+    assert envelopes is not None  # Workflow.__post_init__
+    raw_steps = body[key]
+    for index, (env, raw) in enumerate(zip(envelopes, raw_steps, strict=True)):
+        _check_job(env, raw, f"{key}[{index}]")
     callbacks: dict[str, dict[str, Any]] = {}
-    for key, value in raw_callbacks.items():
-        if key not in CALLBACKS:
-            raise invalid(f"callbacks keys must be among {', '.join(CALLBACKS)}")
-        if value is None:
-            continue
-        _job(value, f"callbacks.{key}")
-        callbacks[key] = value
-    if callbacks and kind != "batch":
+    if flow.callbacks is not None and isinstance(raw_callbacks, dict):
+        for name in CALLBACKS:
+            env = getattr(flow.callbacks, name)
+            if env is not None:
+                _check_job(env, raw_callbacks[name], f"callbacks.{name}")
+                callbacks[name] = raw_callbacks[name]
+    if callbacks and flow.type != "batch":
         raise invalid("callbacks are for batch workflows")
-    meta = body.get("meta")
-    if meta is not None and not isinstance(meta, dict):
-        raise invalid("meta must be an object")
-    return WorkflowRequest(kind, name, list(steps), callbacks, meta)
+    return WorkflowRequest(flow.type, flow.name, list(raw_steps), callbacks, flow.meta)

@@ -13,13 +13,13 @@ liveness, cron).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
@@ -30,24 +30,26 @@ from jobwire.engine.errors import IllegalTransition, QueueFull, StoreUnavailable
 from jobwire.engine.events import Event, EventLog
 from jobwire.engine.job import Job, JobState
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
-from jobwire.ports import key_value_store
+from jobwire.ports import encode_ext, key_value_store
+from jobwire.protocols.ojs import limits
 from jobwire.protocols.ojs.envelope import SPEC_VERSION, PushRequest, parse_push
-from jobwire.protocols.ojs.errors import OJSError, error_body, invalid
+from jobwire.protocols.ojs.errors import OJSError, error_body
 from jobwire.protocols.ojs.ids import uuid7
 from jobwire.protocols.ojs.retry import RetryPolicy, parse_retry
 from jobwire.protocols.ojs.times import format_time
-from jobwire.protocols.ojs.unique import UniquePolicy, parse_unique
+from jobwire.protocols.ojs.unique import UniquePolicy
 from jobwire.server.ojs.deadletter_queue import DeadLetter
+from jobwire.server.ojs.edges import Cors, json_only
 from jobwire.server.ojs.http import BASE, ojs_middleware, reply
 from jobwire.server.ojs.liveness import WorkerLiveness
 from jobwire.server.ojs.ratelimit import QueueRateLimits
-from jobwire.server.ojs.render import payload_for
+from jobwire.server.ojs.render import job_json, payload_for
 from jobwire.server.ojs.unique import UniqueIndex
 from jobwire.server.runtime import Runtime
 
 log = logging.getLogger("jobwire.ojs")
 
-MAX_FETCH = 1000
+MAX_FETCH = limits.MAX_FETCH
 #: Where the event log is kept between two runs (`OJSService.close`).
 EVENTS_NAMESPACE = "events"
 EVENTS_KEY = "log"
@@ -71,6 +73,8 @@ class OJSOptions:
     event_log_size: int = 10_000
     #: Cron runs missed while the server was down: "skip" or "once" (`engine.cron`).
     cron_catch_up: str = "skip"
+    #: Origins allowed cross-origin requests (`--cors-origin`); none: CORS is off.
+    cors_origins: tuple[str, ...] = ()
 
 
 class _HttpWorker:
@@ -94,7 +98,11 @@ def retry_policy(job: Job) -> RetryPolicy | None:
     """The job's OJS retry policy (kept in ext as its validated JSON, so the store can keep it)."""
     if job.ext is None or "retry" not in job.ext:
         return None
-    return parse_retry(job.ext["retry"])
+    try:
+        return parse_retry(job.ext["retry"])
+    except OJSError as exc:  # kept by an older version that checked less: the defaults
+        log.warning("job %s: its retry policy is out of range (%s)", job.id, exc.message)
+        return RetryPolicy()
 
 
 def wants_dead_letter(job: Job) -> bool:
@@ -197,11 +205,22 @@ class OJSService:
         seq = self.events.last_seq
         if seq != self._events_saved:
             self._events_saved = seq
+            # Plain dicts (orjson crashes on the compiled, mypyc, Event dataclass), written
+            # with json, not orjson: names may hold the surrogates that stand for bytes that
+            # are not UTF-8 (Gearman function names), which json keeps and orjson refuses.
+            records = [
+                {
+                    "seq": e.seq,
+                    "type": e.type,
+                    "time": e.time,
+                    "subject": e.subject,
+                    "queue": e.queue,
+                    "data": e.data,
+                }
+                for e in self.events.snapshot()
+            ]
             try:
-                # json, not orjson: names may hold the surrogates that stand for bytes that
-                # are not UTF-8 (Gearman function names), which json keeps and orjson refuses.
-                events = [dataclasses.asdict(event) for event in self.events.snapshot()]
-                snapshot = json.dumps(events, default=str).encode()
+                snapshot = json.dumps(records, default=str).encode()
             except (TypeError, ValueError):
                 log.exception("the event log cannot be saved")
             else:
@@ -220,10 +239,11 @@ class OJSService:
         from jobwire.server.ojs import workflows as workflow_routes
         from jobwire.server.ojs.openapi import openapi_document
 
-        app = web.Application(
-            middlewares=[self._note_read, ojs_middleware, self._durable_replies],
-            client_max_size=self.options.max_body,
-        )
+        middlewares: list[Any] = [self._note_read]
+        if self.options.cors_origins:
+            middlewares.append(Cors(self.options.cors_origins).middleware)
+        middlewares += [ojs_middleware, json_only, self._durable_replies]
+        app = web.Application(middlewares=middlewares, client_max_size=self.options.max_body)
         r = app.router
         r.add_get("/ojs/manifest", self.manifest)
         r.add_get(BASE + "/health", self.health)
@@ -294,7 +314,7 @@ class OJSService:
         if req.id is not None and req.id in engine.jobs:
             raise OJSError("duplicate", f"a job with id {req.id} already exists")
         plan = Prepared(req)
-        policy = parse_unique(req.unique)
+        policy = req.unique_policy
         if policy is not None:
             key = policy.fingerprint(req.type, req.queue, req.args, req.meta)
             plan.policy, plan.unique_key = policy, key
@@ -306,9 +326,6 @@ class OJSService:
                     details={"existing_job_id": existing.id, "unique_key": key},
                 )
             plan.existing = existing
-        rate = req.options.get("rate_limit")
-        if rate is not None:
-            _rate_limit(rate)
         return plan
 
     def commit(self, plan: Prepared, extra_ext: dict[str, Any] | None = None) -> tuple[Job, bool]:
@@ -343,13 +360,15 @@ class OJSService:
                 ext["expires_at_text"] = raw  # echo the caller's own spelling
         if extra_ext:
             ext.update(extra_ext)
+        job_id = req.id or uuid7()
+        payload = self._render_once(req, job_id, now, ext)
         try:
             job, _ = engine.submit(
                 req.type,
-                payload_for(req.args),
+                payload,
                 queue=req.queue,
                 priority=req.priority,
-                job_id=req.id or uuid7(),
+                job_id=job_id,
                 run_at=req.run_at,
                 max_attempts=req.retry.max_attempts,
                 lease_timeout=req.visibility_timeout,
@@ -362,10 +381,28 @@ class OJSService:
             self.uniques.add(plan.unique_key, job, ext.get("unique_until"))
         if req.expires_at is not None:
             self.arm_expiry(job)
-        rate = req.options.get("rate_limit")
-        if rate is not None:
-            self.rate_limits.set(req.queue, _rate_limit(rate))
+        if req.rate_limit is not None:
+            self.rate_limits.set(req.queue, req.rate_limit)
         return job, True
+
+    @staticmethod
+    def _render_once(req: PushRequest, job_id: str, now: float, ext: dict[str, Any]) -> bytes:
+        """The job's payload, after rendering the job as every endpoint shows it and as the
+        store writes it: a job that cannot be read back is refused before it exists."""
+        try:
+            payload = payload_for(req.args)
+            preview = Job(job_id, req.type, payload, req.queue, None, req.priority, True, now)
+            preview.max_attempts = req.retry.max_attempts
+            preview.ext = ext
+            if req.run_at is not None and req.run_at > now:
+                preview.state = JobState.SCHEDULED
+                preview.run_at = req.run_at
+            orjson.dumps(job_json(preview))
+            encode_ext(ext)
+        except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+            message = f"the job cannot be stored as sent: {exc}"
+            raise OJSError("invalid_request", message, details={"field": "$"}) from None
+        return payload
 
     def submit(self, req: PushRequest, extra_ext: dict[str, Any] | None = None) -> tuple[Job, bool]:
         return self.commit(self.prepare(req), extra_ext)
@@ -455,15 +492,6 @@ class OJSService:
 
 async def _static(document: dict[str, Any]) -> web.Response:
     return reply(document)
-
-
-def _rate_limit(raw: Any) -> int:
-    if not isinstance(raw, dict):
-        raise invalid("options.rate_limit must be an object {max_per_second}")
-    value = raw.get("max_per_second")
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise invalid("options.rate_limit.max_per_second must be a positive integer")
-    return value
 
 
 def illegal(exc: IllegalTransition) -> OJSError:

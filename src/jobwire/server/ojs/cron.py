@@ -9,16 +9,19 @@ entry under `cron` and `cron_job` (lists under `crons` and `cron_jobs`).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from aiohttp import web
 
 from jobwire.engine.cron import CronEntry, new_entry
-from jobwire.engine.cronexpr import CronError
+from jobwire.engine.cronexpr import CronError, zone
 from jobwire.protocols.ojs.envelope import parse_push
-from jobwire.protocols.ojs.errors import OJSError, invalid
+from jobwire.protocols.ojs.errors import OJSError
+from jobwire.protocols.ojs.messages import CronRegistration, CronToggle, convert, refused
 from jobwire.protocols.ojs.times import format_time
-from jobwire.server.ojs.http import BASE, optional_str, read_object, reply, str_field
+from jobwire.server.ojs.http import BASE, read_object, reply
 
 if TYPE_CHECKING:
     from jobwire.server.ojs.app import OJSService
@@ -57,18 +60,16 @@ def cron_json(entry: CronEntry) -> dict[str, Any]:
     }
 
 
-def _template(body: dict[str, Any]) -> dict[str, Any]:
-    raw = body.get("job_template")
-    if raw is None:
+def _template(body: dict[str, Any], reg: CronRegistration) -> dict[str, Any]:
+    """The job template, validated as a PUSH (its id dropped: each run gets its own)."""
+    if reg.job_template is not None:
+        raw, prefix = body["job_template"], "$.job_template"
+    else:
         raw = {k: body[k] for k in ("type", "args", "options", "meta") if k in body}
-    if not isinstance(raw, dict):
-        raise invalid("job_template must be a job object {type, args, options?}")
-    template = {k: v for k, v in raw.items() if k != "id"}  # each run gets its own id
+        prefix = "$"
+    template = {k: v for k, v in raw.items() if k != "id"}
     template.setdefault("args", [])
-    try:
-        parse_push(template)
-    except OJSError as exc:
-        raise invalid(f"job_template: {exc.message}", status=exc.status) from None
+    parse_push(template, prefix, template=True)
     return template
 
 
@@ -86,26 +87,40 @@ class CronRoutes:
 
     async def register(self, request: web.Request) -> web.Response:
         body = await read_object(request)
-        name = str_field(body, "name")
-        expression = body.get("expression", body.get("cron"))
-        if not isinstance(expression, str):
-            raise invalid("expression (or cron) is required and must be a string")
-        enabled = body.get("enabled", True)
-        if not isinstance(enabled, bool):
-            raise invalid("enabled must be a boolean")
+        reg = convert(body, CronRegistration)
+        expression = reg.expression if reg.expression is not None else reg.cron
+        assert expression is not None  # CronRegistration.__post_init__
+        template = _template(body, reg)
+        try:
+            zone(reg.timezone)
+        except CronError as exc:
+            raise refused(str(exc), "$.timezone") from None
+        field = "$.expression" if reg.expression is not None else "$.cron"
         try:
             entry = new_entry(
-                name,
+                reg.name,
                 expression,
-                _template(body),
-                timezone=optional_str(body, "timezone"),
-                overlap_policy=optional_str(body, "overlap_policy"),
-                enabled=enabled,
-                description=optional_str(body, "description"),
+                template,
+                timezone=reg.timezone,
+                overlap_policy=reg.overlap_policy,
+                enabled=reg.enabled,
+                description=reg.description,
             )
+            first = self.cron.check(entry)
         except CronError as exc:
-            raise invalid(str(exc)) from None
-        entry, created = self.cron.register(entry)
+            raise refused(str(exc), field) from None
+        # Rendered once, as every later read shows it and the store keeps it, before it is.
+        now = self.service.engine.clock()
+        preview = replace(entry, created_at=now, next_run_at=first if reg.enabled else None)
+        try:
+            orjson.dumps(cron_json(preview))
+            preview.record()
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise OJSError("invalid_request", f"the cron entry cannot be stored: {exc}") from None
+        try:
+            entry, created = self.cron.register(entry)
+        except CronError as exc:
+            raise refused(str(exc), field) from None
         rendered = cron_json(entry)
         return reply({"cron": rendered, "cron_job": rendered}, 201 if created else 200)
 
@@ -122,11 +137,8 @@ class CronRoutes:
 
     async def toggle(self, request: web.Request) -> web.Response:
         entry = self._entry(request)
-        body = await read_object(request)
-        enabled = body.get("enabled")
-        if not isinstance(enabled, bool):
-            raise invalid("enabled is required and must be a boolean")
-        self.cron.set_enabled(entry.name, enabled)
+        toggle = convert(await read_object(request), CronToggle)
+        self.cron.set_enabled(entry.name, toggle.enabled)
         rendered = cron_json(entry)
         return reply({"cron": rendered, "cron_job": rendered})
 

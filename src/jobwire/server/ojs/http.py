@@ -6,13 +6,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import msgspec
 import orjson
 from aiohttp import web
 
 from jobwire.protocols.json_depth import MAX_DEPTH, too_deep
-from jobwire.protocols.ojs.envelope import SPEC_VERSION
 from jobwire.protocols.ojs.errors import OJSError, error_body, invalid
 from jobwire.protocols.ojs.ids import uuid7
+from jobwire.protocols.ojs.limits import MAX_INT, MIN_INT
+from jobwire.protocols.ojs.messages import SPEC_VERSION, refused
 
 log = logging.getLogger("jobwire.ojs")
 
@@ -26,11 +28,13 @@ def reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
     )
 
 
-def _http_error_code(status: int) -> str:
+def http_error_code(status: int) -> str:
+    """The OJS error code of an HTTP refusal aiohttp makes (routing, limits, parsing)."""
     return {
         404: "not_found",
         405: "method_not_allowed",
         413: "payload_too_large",
+        415: "unsupported_media_type",
     }.get(status, "invalid_request" if status < 500 else "backend_error")
 
 
@@ -43,7 +47,7 @@ async def ojs_middleware(request: web.Request, handler: Any) -> web.StreamRespon
     except OJSError as exc:
         response = reply(error_body(exc, request_id), exc.status)
     except web.HTTPException as exc:
-        code = _http_error_code(exc.status)
+        code = http_error_code(exc.status)
         error = OJSError(code, exc.reason or code, status=exc.status)
         response = reply(error_body(error, request_id), exc.status)
         if exc.status == 405 and "Allow" in exc.headers:
@@ -57,19 +61,46 @@ async def ojs_middleware(request: web.Request, handler: Any) -> web.StreamRespon
     return response
 
 
+#: A body's digits as "0", everything else as " ": a run of 19 zeros may be an integer
+#: outside 64 bits (the common body has none; two C calls find out).
+_DIGITS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+_LONG_RUN = b"0" * 19
+
+
 async def read_json(request: web.Request, *, required: bool = True) -> Any:
+    """The body as JSON; integers are exact (never floats), and refused outside 64 bits."""
     raw = await request.read()
+    return decode_json(raw, required=required)
+
+
+def decode_json(raw: bytes, *, required: bool = True) -> Any:
     if not raw.strip():
         if required:
             raise OJSError("invalid_payload", "request body is empty; send a JSON object")
         return {}
     try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        body = msgspec.json.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
         raise OJSError("invalid_payload", f"malformed JSON: {exc}") from None
     if too_deep(raw, body):
         raise OJSError("invalid_payload", f"JSON nested deeper than {MAX_DEPTH} levels")
+    if _LONG_RUN in raw.translate(_DIGITS):
+        check_integers(body)
     return body
+
+
+def check_integers(body: Any) -> None:
+    """Refuse an integer outside [-2^63, 2^64-1] (what jobwire's JSON encoders write back)
+    anywhere in `body`, naming where it is."""
+    stack: list[tuple[Any, str]] = [(body, "$")]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((v, f"{path}.{k}") for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((v, f"{path}[{i}]") for i, v in enumerate(value))
+        elif isinstance(value, int) and not MIN_INT <= value <= MAX_INT:
+            raise refused("integers must lie in [-2^63, 2^64-1]; send larger ones as strings", path)
 
 
 async def read_object(request: web.Request, *, required: bool = True) -> dict[str, Any]:

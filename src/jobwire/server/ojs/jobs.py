@@ -9,6 +9,7 @@ from aiohttp import web
 from jobwire.engine.errors import IllegalTransition
 from jobwire.protocols.ojs.envelope import parse_push
 from jobwire.protocols.ojs.errors import OJSError, invalid
+from jobwire.protocols.ojs.limits import MAX_BATCH
 from jobwire.server.ojs.app import Prepared, illegal
 from jobwire.server.ojs.http import BASE, read_json, read_object, reply
 from jobwire.server.ojs.render import job_json
@@ -16,8 +17,6 @@ from jobwire.server.ojs.render import job_json
 if TYPE_CHECKING:
     from jobwire.engine.job import Job
     from jobwire.server.ojs.app import OJSService
-
-MAX_BATCH = 10_000
 
 
 def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
@@ -53,7 +52,7 @@ class JobRoutes:
         keys: set[str] = set()
         for index, raw in enumerate(raw_jobs):
             try:
-                plan = self.service.prepare(parse_push(raw))
+                plan = self.service.prepare(parse_push(raw, f"$.jobs[{index}]"))
                 _check_within_batch(plan, ids, keys)
             except OJSError as exc:
                 raise OJSError(

@@ -23,6 +23,15 @@ from jobwire.engine.worker import WorkerSession, WorkerState
 from jobwire.protocols.ojs.envelope import check_queue
 from jobwire.protocols.ojs.errors import OJSError, classify_error, invalid
 from jobwire.protocols.ojs.ids import uuid7
+from jobwire.protocols.ojs.messages import (
+    Ack,
+    Deregister,
+    Fetch,
+    Heartbeat,
+    Nack,
+    Register,
+    convert,
+)
 from jobwire.protocols.ojs.times import format_time
 from jobwire.server.ojs.app import MAX_FETCH, retry_policy
 from jobwire.server.ojs.http import (
@@ -119,6 +128,7 @@ class WorkerRoutes:
 
     async def register(self, request: web.Request) -> web.Response:
         body = await read_object(request)
+        convert(body, Register)  # types and limits (messages.Register)
         worker_id = optional_str(body, "worker_id") or uuid7()
         queues = body.get("queues")
         if queues is not None and (not isinstance(queues, list) or not queues):
@@ -155,6 +165,7 @@ class WorkerRoutes:
 
     async def deregister(self, request: web.Request) -> web.Response:
         body = await read_object(request)
+        convert(body, Deregister)  # types and limits (messages.Deregister)
         worker_id = str_field(body, "worker_id")
         session = self.service.workers.get(worker_id)
         if session is None or session.state is WorkerState.TERMINATED:
@@ -185,6 +196,7 @@ class WorkerRoutes:
 
     async def fetch(self, request: web.Request) -> web.Response:
         body = await read_object(request)
+        convert(body, Fetch)  # types and limits (messages.Fetch)
         worker_id = optional_str(body, "worker_id")
         session = self.service.worker(worker_id)
         queues = body.get("queues")
@@ -246,6 +258,7 @@ class WorkerRoutes:
 
     async def ack(self, request: web.Request) -> web.Response:
         body = await _job_body(request)
+        convert(body, Ack)  # types and limits (messages.Ack)
         job = self._active_job(body)
         result = body.get("result")
         if job.ext is None:
@@ -270,6 +283,7 @@ class WorkerRoutes:
 
     async def nack(self, request: web.Request) -> web.Response:
         body = await _job_body(request)
+        convert(body, Nack)  # types and limits (messages.Nack)
         job = self._active_job(body)
         error, retryable = self._error(job, body)
         requeue = body.get("requeue", False)
@@ -337,6 +351,7 @@ class WorkerRoutes:
 
     async def heartbeat(self, request: web.Request) -> web.Response:
         body = await read_object(request)
+        convert(body, Heartbeat)  # types and limits (messages.Heartbeat)
         worker_id = str_field(body, "worker_id")
         session = self.service.worker(worker_id)
         ids: list[Any] = []

@@ -1,0 +1,114 @@
+"""The OJS typed messages (protocols/ojs/messages.py): one declaration gives the decoding,
+the limits, the field named in a refusal, and the OpenAPI schemas."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobwire.engine import cronexpr
+from jobwire.protocols.ojs import limits
+from jobwire.protocols.ojs.envelope import parse_push
+from jobwire.protocols.ojs.errors import OJSError
+from jobwire.protocols.ojs.messages import Envelope, Fetch, convert, schemas
+from jobwire.protocols.ojs.retry import RetryPolicy
+from jobwire.protocols.ojs.times import format_time, parse_duration, parse_time
+from jobwire.server.ojs.openapi import openapi_document
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "status"),
+    [
+        ({"args": []}, "$.type", 400),
+        ({"type": "t", "args": [], "options": {"timeout_ms": 10**29}}, "$.options.timeout_ms", 400),
+        ({"type": "t", "args": [], "options": {"priority": True}}, "$.options.priority", 400),
+        ({"type": "t", "args": [], "options": {"retry": {"max_attempts": -1}}}, None, 422),
+        ({"type": "t", "args": [], "options": {"unique": {"period": "P99999D"}}}, None, 400),
+        ({"type": "t", "args": [], "scheduled_at": "9999-12-31T23:59:59-01:00"}, None, 400),
+    ],
+)
+def test_refusals_name_the_field(body: dict[str, Any], field: str | None, status: int) -> None:
+    with pytest.raises(OJSError) as caught:
+        parse_push(body)
+    error = caught.value
+    assert error.status == status and error.code == "invalid_request"
+    assert error.details is not None
+    if field is not None:
+        assert error.details["field"] == field
+    assert f"`{error.details['field']}`" in error.message
+
+
+def test_prefixes_place_a_nested_job() -> None:
+    with pytest.raises(OJSError) as caught:
+        parse_push({"type": "t", "options": {"priority": 101}}, "$.jobs[7]")
+    assert caught.value.details == {"field": "$.jobs[7].options.priority"}
+
+
+@given(st.integers(min_value=0, max_value=limits.MAX_DURATION_S))
+def test_durations_within_the_limit_parse_and_render(seconds: int) -> None:
+    assert parse_duration(f"PT{seconds}S") == seconds
+    ts = parse_time(f"+PT{seconds}S", now=0.0)
+    assert format_time(ts).endswith("Z")
+
+
+@pytest.mark.parametrize(
+    "text", ["PT3153600001S", "P36501D", "PT" + "9" * 60 + "S", "P1Y", "-PT1S", "PT"]
+)
+def test_durations_beyond_the_limit_are_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+@given(st.floats(min_value=limits.MIN_TIME, max_value=limits.MAX_TIME))
+def test_every_time_in_range_renders(ts: float) -> None:
+    assert 24 <= len(format_time(ts)) <= 24
+
+
+def test_retry_backoff_never_overflows() -> None:
+    for strategy in ("exponential", "polynomial", "linear", "constant"):
+        policy = RetryPolicy(
+            max_attempts=limits.MAX_ATTEMPTS,
+            backoff_coefficient=limits.MAX_BACKOFF_COEFFICIENT,
+            initial_interval=limits.MAX_DURATION_S,
+            max_interval=limits.MAX_DURATION_S,
+            strategy=strategy,
+        )
+        for attempt in (1, 2, 1000, limits.MAX_ATTEMPTS):
+            delay = policy.delay(attempt)
+            assert math.isfinite(delay) and 0 <= delay <= limits.MAX_DURATION_S
+
+
+def test_the_engine_cron_limits_are_the_binding_s() -> None:
+    assert cronexpr.MAX_EVERY == limits.MAX_DURATION_S
+    assert int(cronexpr.LATEST) == int(limits.MAX_TIME)
+    with pytest.raises(cronexpr.CronError):
+        cronexpr.parse(f"@every {limits.MAX_DURATION_S + 1}s")
+    never = cronexpr.parse("0 0 31 2 *")
+    with pytest.raises(cronexpr.CronError):
+        never.first_run(0.0, cronexpr.zone("UTC"))
+    assert cronexpr.parse("0 0 29 2 *").first_run(0.0, cronexpr.zone("UTC")) > 0
+
+
+def test_the_openapi_document_carries_the_structs_limits() -> None:
+    components = openapi_document()["components"]["schemas"]
+    assert components == {**components, **schemas()}
+    priority = components["Options"]["properties"]["priority"]["anyOf"][0]
+    assert (priority["minimum"], priority["maximum"]) == (limits.PRIORITY_MIN, limits.PRIORITY_MAX)
+    count = components["Fetch"]["properties"]["count"]
+    assert count["maximum"] == limits.MAX_FETCH
+    body = openapi_document()["paths"]["/jobs"]["post"]["requestBody"]
+    assert body["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Envelope"
+    }
+
+
+def test_convert_validates_worker_bodies() -> None:
+    assert convert({"queues": ["a"], "count": 3}, Fetch).count == 3
+    with pytest.raises(OJSError) as caught:
+        convert({"visibility_timeout_ms": 10**20}, Fetch)
+    assert caught.value.details == {"field": "$.visibility_timeout_ms"}
+    assert convert({"type": "a.b", "args": [2**64 - 1]}, Envelope).args == [2**64 - 1]
