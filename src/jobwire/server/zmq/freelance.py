@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from jobwire.engine import Engine, Job, JobState, Output
 from jobwire.engine.errors import QueueFull
 from jobwire.protocols.zmq import freelance
-from jobwire.protocols.zmq.frames import FRAME_SIZES, RESULT_FRAME_SIZES, join, split
-from jobwire.server.zmq.majordomo import CANCELLED, FAILED, error_body
+from jobwire.protocols.zmq.frames import FRAME_SIZES, join
+from jobwire.server.zmq.majordomo import FAILED, error_body, final_body
 
 if TYPE_CHECKING:
     from jobwire.server.zmq.sockets import RouterSocket
@@ -39,14 +39,9 @@ class FreelanceRequest:
     def job_finished(
         self, job: Job, state: JobState, result: bytes | None, error: bytes | None
     ) -> None:
-        if state is JobState.COMPLETED:
-            body = split(result or b"", job.ext.get(RESULT_FRAME_SIZES) if job.ext else None)
-        elif state is JobState.CANCELLED:
-            body = error_body(CANCELLED, "the job was cancelled")
-        else:
-            text = error.decode("utf-8", "replace") if error is not None else str(job.error)
-            body = error_body(FAILED, text)
-        self.server.send(self.client, freelance.reply(self.request, body))
+        self.server.send(
+            self.client, freelance.reply(self.request, final_body(job, state, result, error))
+        )
 
 
 class FreelanceServer:

@@ -60,6 +60,19 @@ def error_body(status: bytes, text: str) -> list[bytes]:
     return [ERROR_MARK, status, text.encode()]
 
 
+def final_body(job: Job, state: JobState, result: bytes | None, error: bytes | None) -> list[bytes]:
+    """What a ZeroMQ client is answered when its job ends (every request-reply listener's
+    rule): the result's frames, or the error body saying why not."""
+    if state is _COMPLETED:
+        return split(result or b"", job.ext.get(RESULT_FRAME_SIZES) if job.ext else None)
+    if state is _CANCELLED:
+        return error_body(CANCELLED, "the job was cancelled")
+    if job.error == NO_WORKER_REASON:
+        return error_body(NO_WORKER, NO_WORKER_REASON)
+    text = error.decode("utf-8", "replace") if error is not None else str(job.error)
+    return error_body(FAILED, text)
+
+
 @dataclass(eq=False, slots=True)
 class PendingRequest:
     """A client waiting for one request: the engine's `Subscriber` for its job."""
@@ -83,16 +96,7 @@ class PendingRequest:
     def job_finished(
         self, job: Job, state: JobState, result: bytes | None, error: bytes | None
     ) -> None:
-        if state is _COMPLETED:
-            sizes = job.ext.get(RESULT_FRAME_SIZES) if job.ext else None
-            body = split(result or b"", sizes)
-        elif state is _CANCELLED:
-            body = error_body(CANCELLED, "the job was cancelled")
-        elif job.error == NO_WORKER_REASON:
-            body = error_body(NO_WORKER, NO_WORKER_REASON)
-        else:
-            text = error.decode("utf-8", "replace") if error is not None else str(job.error)
-            body = error_body(FAILED, text)
+        body = final_body(job, state, result, error)
         self.broker.send(self.client, mdp.reply(self.version, self.service, body))
 
 

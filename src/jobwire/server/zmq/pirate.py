@@ -23,7 +23,7 @@ from jobwire.engine.worker import WorkerSession
 from jobwire.protocols.zmq import ppp
 from jobwire.protocols.zmq.frames import FRAME_SIZES, RESULT_FRAME_SIZES, join, split
 from jobwire.protocols.zmq.ppp import PppError
-from jobwire.server.zmq.majordomo import CANCELLED, FAILED, error_body
+from jobwire.server.zmq.majordomo import FAILED, error_body, final_body
 
 if TYPE_CHECKING:
     from jobwire.server.zmq.server import ZmqServer
@@ -49,14 +49,7 @@ class PirateRequest:
     def job_finished(
         self, job: Job, state: JobState, result: bytes | None, error: bytes | None
     ) -> None:
-        if state is JobState.COMPLETED:
-            sizes = job.ext.get(RESULT_FRAME_SIZES) if job.ext else None
-            body = split(result or b"", sizes)
-        elif state is JobState.CANCELLED:
-            body = error_body(CANCELLED, "the job was cancelled")
-        else:
-            text = error.decode("utf-8", "replace") if error is not None else str(job.error)
-            body = error_body(FAILED, text)
+        body = final_body(job, state, result, error)
         self.queue.frontend_send(self.client, ppp.request(self.address, body))
 
 
