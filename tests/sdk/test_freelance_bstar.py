@@ -64,6 +64,9 @@ def test_settle_delay_needs_a_pair() -> None:
         Client(["127.0.0.1:1"], settle_delay=SETTLE)
     with pytest.raises(ValueError, match="settle_delay"):
         Worker(["127.0.0.1:1"], settle_delay=0)
+    # The passive's refusals must not push a worker's reconnects past the settle delay.
+    worker = Worker(["127.0.0.1:1", "127.0.0.1:2"], settle_delay=SETTLE)
+    assert worker.reconnect_cap == SETTLE and worker.reconnect_base <= SETTLE
 
 
 def test_a_pair_fails_over_under_load_and_the_primary_comes_back_passive(
