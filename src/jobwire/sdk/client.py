@@ -6,6 +6,13 @@ closed, and the request is sent again to the next server, up to `retries` more t
 full pass over the servers the client backs off, doubling from `backoff` up to `backoff_cap`);
 then `ServerUnavailable` is raised.
 
+Binary Star (ZeroMQ guide ch. 4): given `settle_delay`, the two `servers` are a primary/backup
+pair (primary first). The client sends to one server and stays with it while it answers; when
+it fails (a killed server refuses the connection, a passive one closes it at once), the client
+waits `settle_delay` seconds (the Guide's 2 s: long enough for the backup to notice the
+primary's silence and take over on the client's vote), switches to the other server and
+resends the same request, as the Guide's `bstarcli` does; `retries` bounds the switches.
+
 Delivery guarantee: **at least once** for retried submissions. A retry is sent when the client
 cannot tell whether the server kept the job (no JOB_CREATED before the timeout, or a foreground
 job's connection lost before its result), so a job may run more than once: make tasks
@@ -75,6 +82,10 @@ class AsyncClient:
     microseconds, this takes that much off each round trip, for up to `busy_poll` of CPU time per
     request. 0 disables it. Safe to share between tasks of one event loop.
 
+    `settle_delay`: the two servers are a Binary Star pair (primary first): stay with the
+    server that answers; on failure wait `settle_delay` seconds (the Guide uses 2), then resend
+    the same request to the other one. Give enough `retries` to outlast a failover.
+
     Delivery: at least once for retried submissions; see the module docstring.
     """
 
@@ -88,10 +99,16 @@ class AsyncClient:
         backoff_cap: float = 4.0,
         heartbeat: float | None = 5.0,
         busy_poll: float = BUSY_POLL,
+        settle_delay: float | None = None,
     ) -> None:
         self.servers = [format_address(parse_address(server)) for server in servers]
         if not self.servers:
             raise ValueError("no servers given")
+        # Binary Star: the pair, and the one of the two the client talks to now.
+        if settle_delay is not None and (settle_delay < 0 or len(self.servers) != 2):
+            raise ValueError("settle_delay needs a Binary Star pair (two servers) and >= 0 s")
+        self.settle_delay = settle_delay
+        self._current = 0
         if busy_poll < 0:
             raise ValueError("busy_poll must be 0 or more seconds")
         self.busy_poll = busy_poll
@@ -207,9 +224,8 @@ class AsyncClient:
         ]
         if not requests:
             return []
-        outcomes = await self._with_deadline(
-            self._execute(requests, next(self._round_robin)), timeout
-        )
+        start = next(self._round_robin) if self.settle_delay is None else self._current
+        outcomes = await self._with_deadline(self._execute(requests, start), timeout)
         if not return_exceptions:
             for outcome in outcomes:
                 if isinstance(outcome, BaseException):
@@ -313,7 +329,10 @@ class AsyncClient:
         return Request(encode_request(ptype, raw_function, raw_unique, to_bytes(payload)), listener)
 
     def _start(self, unique: str | None) -> int:
-        """The first server to try: by unique key, so equal keys meet; else round robin."""
+        """The first server to try: by unique key, so equal keys meet; else round robin.
+        In a Binary Star pair, the server that answered last."""
+        if self.settle_delay is not None:
+            return self._current
         if unique:
             return zlib.crc32(unique.encode()) % len(self.servers)
         return next(self._round_robin) % len(self.servers)
@@ -337,7 +356,11 @@ class AsyncClient:
         return session
 
     async def _pause(self, attempt: int) -> None:
-        """Back off after each full pass over the servers, not between servers."""
+        """Back off after each full pass over the servers, not between servers; in a Binary
+        Star pair, wait the settle delay before every switch."""
+        if self.settle_delay is not None:
+            await asyncio.sleep(self.settle_delay)
+            return
         passes = attempt // len(self.servers)
         if attempt and attempt % len(self.servers) == 0:
             await asyncio.sleep(min(self.backoff * 2 ** (passes - 1), self.backoff_cap))
@@ -394,6 +417,8 @@ class AsyncClient:
                 else:
                     outcomes[i] = result
             if not retry:
+                if self.settle_delay is not None:
+                    self._current = index  # a pair: stay with the server that answered
                 return outcomes
             todo = retry
         raise ServerUnavailable(f"gave up after {self.retries + 1} attempt(s): {error}")

@@ -22,6 +22,11 @@ backoff (`reconnect_base` doubling up to `reconnect_cap`, reset once a connectio
 abilities are registered again. A job whose connection died while it ran still finishes, but its
 result cannot be delivered: the server has requeued the job, which will run again (at least once).
 
+Binary Star pairs: list both servers; the worker connects to both. The passive one closes each
+connection at once, so that link keeps reconnecting, and its backoff would grow to
+`reconnect_cap`; `settle_delay` (the Guide's 2 s) caps it, so the worker is serving on the
+backup about a settle delay after it takes over.
+
 Lifecycle (Open Job Spec worker protocol): running -> quiet -> terminate -> terminated.
 SIGTERM/SIGINT: quiet, wait up to `grace_period` for running jobs, WORK_FAIL the rest, exit.
 SIGTSTP: quiet; SIGCONT: running again. A quiet worker also sends RESET_ABILITIES on each
@@ -207,8 +212,9 @@ class Worker(Lifecycle[Job]):
     `concurrency`: most jobs held at once across all servers. `grace_period`: seconds a
     graceful stop waits for running jobs before failing them. `heartbeat`: seconds between
     liveness checks of each server (dead after three silent ones). `reconnect_base` /
-    `reconnect_cap`: the reconnect backoff, doubling. `client_id`: shown by the admin `workers`
-    command (default host:pid).
+    `reconnect_cap`: the reconnect backoff, doubling. `settle_delay`: the servers include a
+    Binary Star pair, and the backoff never exceeds it (see the module docstring).
+    `client_id`: shown by the admin `workers` command (default host:pid).
 
         worker = Worker(["127.0.0.1:4730"], concurrency=4)
 
@@ -238,9 +244,17 @@ class Worker(Lifecycle[Job]):
         reconnect_cap: float = 32.0,
         connect_timeout: float = 10.0,
         client_id: str | None = None,
+        settle_delay: float | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if settle_delay is not None:
+            if settle_delay <= 0:
+                raise ValueError("settle_delay must be more than 0 s")
+            # A Binary Star pair: retry the passive server at least every settle delay.
+            reconnect_cap = min(reconnect_cap, settle_delay)
+            reconnect_base = min(reconnect_base, reconnect_cap)
+        self.settle_delay = settle_delay
         super().__init__(grace_period)
         self.servers = list(servers)
         self.concurrency = concurrency
