@@ -229,3 +229,42 @@ def test_the_cli_runs_a_gearman_worker_s_tasks_over_ojs(server: ServerProcess) -
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_its_own_quiet_and_the_operator_s_are_kept_apart(server: ServerProcess) -> None:
+    """quiet()/resume() (SIGTSTP/SIGCONT) reach the server; an operator's quiet outlasts the
+    worker's own resume, and its own quiet outlasts the operator's running."""
+    ojs = Ojs(server)
+    worker = new_worker(server)
+
+    def server_state() -> str | None:
+        row = ojs.worker(worker.worker_id)
+        return row["state"] if row else None
+
+    with serving(worker):
+        worker.quiet()
+        wait_until(lambda: server_state() == "quiet", "the server saw it quiet")
+        worker.resume()
+        wait_until(lambda: server_state() == "running", "the server saw it running")
+        wait_until(lambda: worker.state is WorkerState.RUNNING, "the worker running")
+
+        ojs.direct(worker.worker_id, "quiet")
+        wait_until(lambda: worker.state is WorkerState.QUIET, "the worker quiet")
+        worker.resume()  # the operator holds it quiet
+        beats = worker.heartbeats
+        wait_until(lambda: worker.heartbeats >= beats + 3, "heartbeats after the resume")
+        assert worker.state is WorkerState.QUIET
+        assert server_state() == "quiet"
+
+        worker.quiet()  # now quiet by its own choice too
+        ojs.direct(worker.worker_id, "running")
+        beats = worker.heartbeats
+        wait_until(lambda: worker.heartbeats >= beats + 3, "heartbeats after running")
+        assert worker.state is WorkerState.QUIET
+        assert server_state() == "quiet"  # it reports its own quiet
+
+        worker.resume()
+        wait_until(lambda: worker.state is WorkerState.RUNNING, "the worker running again")
+        job = ojs.push("upper", ["back"])
+        assert ojs.wait_job(job, "completed")["result"] == "BACK"
+        assert server_state() == "running"
