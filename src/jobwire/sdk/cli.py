@@ -18,6 +18,7 @@ from jobwire.sdk.tasks import Task
 from jobwire.sdk.worker import Worker
 
 if TYPE_CHECKING:
+    from jobwire.sdk.ojs_worker import OjsWorker
     from jobwire.sdk.zmq import MdpWorker
 
 # jobwire.sdk.zmq (pyzmq) is imported where it is used: `jobwire submit` starts quicker.
@@ -102,13 +103,30 @@ def load_mdp_worker(target: str, version: int | None) -> MdpWorker:
     raise click.BadParameter(f"{target} is a {type(obj).__name__}, not a jobwire worker")
 
 
+def load_ojs_worker(target: str) -> OjsWorker:
+    """The OjsWorker at MODULE:ATTR, or one running the tasks of the Worker there."""
+    from jobwire.sdk.ojs_worker import OjsJob, OjsWorker
+
+    obj = load_object(target)
+    if isinstance(obj, OjsWorker):
+        return obj
+    if isinstance(obj, Worker):
+        worker = OjsWorker(concurrency=obj.concurrency, grace_period=obj.grace_period)
+        for task in obj.tasks.values():  # the task API is the same: jobs have the same surface
+            worker.tasks[task.name] = cast(Task[OjsJob], task)
+        return worker
+    raise click.BadParameter(f"{target} is a {type(obj).__name__}, not a jobwire worker")
+
+
 @click.command("worker")
 @click.argument("target", metavar="MODULE:ATTR")
 @servers_option
 @mdp_option
 @version_option
 @click.option(
-    "--heartbeat", type=float, help="With --mdp: the broker's heartbeat interval (seconds)."
+    "--heartbeat",
+    type=float,
+    help="With --mdp: the broker's heartbeat interval; with --ojs: seconds between heartbeats.",
 )
 @click.option(
     "-c",
@@ -132,6 +150,20 @@ def load_mdp_worker(target: str, version: int | None) -> MdpWorker:
     "(tcp://...) instead of Gearman; repeat for several.",
 )
 @click.option("--role", "roles", multiple=True, help="A WMP role of this worker; repeatable.")
+@click.option(
+    "--ojs",
+    "ojs_url",
+    metavar="URL",
+    help="Fetch Open Job Spec jobs over HTTP from this server (http://HOST:PORT) instead of "
+    "Gearman.",
+)
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    help="With --ojs: a queue to fetch from, in order; repeatable (default: the task names, "
+    "then default).",
+)
 def worker_command(
     target: str,
     servers: Sequence[str],
@@ -143,11 +175,14 @@ def worker_command(
     log_level: str,
     wmp_managers: Sequence[str],
     roles: Sequence[str],
+    ojs_url: str | None,
+    queues: Sequence[str],
 ) -> None:
     """Run the Worker object found at MODULE:ATTR.
 
     With --mdp (or when MODULE:ATTR is an MdpWorker) it serves Majordomo requests: an
-    MdpWorker as it is, a Gearman Worker's tasks through a new MdpWorker.
+    MdpWorker as it is, a Gearman Worker's tasks through a new MdpWorker. With --ojs (or when
+    MODULE:ATTR is an OjsWorker) it fetches Open Job Spec jobs over HTTP, the same way.
 
     SIGTERM/SIGINT stop it gracefully, SIGTSTP makes it quiet, SIGCONT resumes it.
     """
@@ -156,8 +191,27 @@ def worker_command(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    from jobwire.sdk.ojs_worker import OjsWorker
     from jobwire.sdk.zmq import MdpWorker
 
+    if ojs_url is not None or isinstance(load_object(target), OjsWorker):
+        if mdp or wmp_managers:
+            raise click.UsageError("--ojs cannot be combined with --mdp or --wmp")
+        ojs_worker = load_ojs_worker(target)
+        if ojs_url is not None:
+            ojs_worker.url = ojs_url
+        if queues:
+            ojs_worker.queues = list(queues)
+        if concurrency is not None:
+            ojs_worker.concurrency = concurrency
+        if grace_period is not None:
+            ojs_worker.grace_period = grace_period
+        if heartbeat is not None:
+            ojs_worker.heartbeat = heartbeat
+        ojs_worker.run()
+        return
+    if queues:
+        raise click.UsageError("--queue is an --ojs option")
     if mdp or isinstance(load_object(target), MdpWorker):
         mdp_worker = load_mdp_worker(target, mdp_version)
         if servers:
