@@ -105,3 +105,28 @@ def test_dual_actives_stop_the_server_loudly(servers: list[ServerProcess]) -> No
         time.sleep(0.02)
     assert first.proc.returncode not in (None, 0)
     assert "dual actives" in first.log()
+
+
+def test_junk_on_the_state_channel_is_ignored(servers: list[ServerProcess]) -> None:
+    """Bad input on the Binary Star endpoint: a peer that publishes anything but a state
+    digit is ignored (logged), and the server goes on as if it had heard nothing."""
+    import zmq
+
+    remote = free_port()
+    context = zmq.Context()
+    rogue = context.socket(zmq.PUB)
+    rogue.setsockopt(zmq.LINGER, 0)
+    rogue.bind(f"tcp://127.0.0.1:{remote}")
+    try:
+        server = start(servers, "primary", free_port(), remote)
+        end = time.monotonic() + DEADLINE
+        while time.monotonic() < end and "ignored" not in server.log():
+            for junk in (b"", b"9", b"active", b"\x00" * 64):
+                rogue.send(junk)
+            time.sleep(0.05)
+        assert "ignored" in server.log()
+        wait_until(lambda: serves(server), "it serves as a primary without a peer")
+        assert server.proc.poll() is None
+    finally:
+        rogue.close()
+        context.term()
