@@ -4,6 +4,11 @@ Each JSON test is a list of HTTP steps with assertions; this module runs them ag
 URL with the standard library's HTTP client and raises AssertionError naming the step and the
 assertion that failed. It follows the reference Go runner's rules: JSONPath subset, templates
 `{{steps.ID.response.body.PATH}}`, matchers, `~` tolerance max(50%, 100 ms).
+
+Three forms the extension suites use that the reference runner (v0.4.0) does not read are
+taken at their evident meaning: a step's `capture` ({"name": "$.path"}) names values of its
+response body for later `{{name}}` templates, `repeat: N` sends the step N times (each must
+pass), and `{"$eq": value}` matches a header or value exactly.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 UUID7_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 DATETIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 TEMPLATE_RE = re.compile(r"\{\{\s*steps\.([^.}]+)\.response\.body\.?([^}]*)\}\}")
+CAPTURE_RE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+#: Where a step's captured values are kept in `responses` (no step id contains a space).
+CAPTURED = " captured"
 _MISSING = object()
 
 
@@ -126,7 +134,12 @@ def render(value: Any, responses: dict[str, Response]) -> Any:
             found = resolve(response.body, "$." + m.group(2) if m.group(2) else "$")
             return m.group(0) if found is _MISSING else _template_value(found)
 
-        return TEMPLATE_RE.sub(sub, value)
+        def sub_captured(m: re.Match[str]) -> str:
+            captured = responses.get(CAPTURED)
+            found = captured.body.get(m.group(1), _MISSING) if captured is not None else _MISSING
+            return m.group(0) if found is _MISSING else _template_value(found)
+
+        return CAPTURE_RE.sub(sub_captured, TEMPLATE_RE.sub(sub, value))
     if isinstance(value, list):
         return [render(v, responses) for v in value]
     if isinstance(value, dict):
@@ -232,6 +245,9 @@ def _match_object(value: Any, matcher: dict[str, Any]) -> bool:
     for op, arg in matcher.items():
         if op == "$exists":
             if (value is not _MISSING) != bool(arg):
+                return False
+        elif op == "$eq":
+            if value is _MISSING or value != arg:
                 return False
         elif op == "$type":
             if value is _MISSING or not _TYPES[arg](value):
@@ -371,9 +387,25 @@ class Runner:
                 time.sleep(step["delay_ms"] / 1000)
             self._cross_assert(step, responses)
             return
-        response = self._execute(step, responses)
-        responses[step["id"]] = response
-        self._check(step, response, responses)
+        for _ in range(max(1, int(step.get("repeat") or 1))):
+            response = self._execute(step, responses)
+            responses[step["id"]] = response
+            self._check(step, response, responses)
+        self._capture(step, responses[step["id"]], responses)
+
+    @staticmethod
+    def _capture(step: dict[str, Any], response: Response, responses: dict[str, Response]) -> None:
+        """A step's `capture`: values of its response body, for later `{{name}}` templates."""
+        wanted = step.get("capture") or {}
+        if not wanted:
+            return
+        captured = responses.get(CAPTURED)
+        if captured is None:
+            captured = responses[CAPTURED] = Response(0, {}, b"", {}, 0.0)
+        for name, path in wanted.items():
+            value = resolve(response.body, path)
+            if value is not _MISSING:
+                captured.body[name] = value
 
     def _execute(self, step: dict[str, Any], responses: dict[str, Response]) -> Response:
         if step.get("delay_ms"):

@@ -736,6 +736,19 @@ class Engine:
         job.lease_deadline = None
         self.functions[job.function].running -= 1
 
+    def unlease(self, job: Job) -> None:
+        """Undo a lease `fetch` just made, for a job the adapter will not hand out after all
+        (a rate limit's partition is full): back to the front of its lane, the attempt not
+        counted."""
+        if job.state is not _ACTIVE:
+            return
+        self._release(job)
+        job.attempts -= 1
+        job.started_at = None
+        self._make_available(job, self.functions[job.function], front=True)
+        if self._durable and job.background:
+            self._journal.job_saved(job)
+
     def held_job(self, worker: WorkerSession, job_id: str) -> Job:
         """The job `worker` holds under this id; raises JobNotHeld."""
         job = worker.jobs.get(job_id)

@@ -70,6 +70,8 @@ class EventLog:
         self._priorities: list[int] = [0] * size
         self._workers: list[str | None] = [None] * size
         self._records: list[Event | None] = [None] * size  # None: a job event
+        #: Job events by type and queue since start (metrics): one increment per event.
+        self.counts: dict[str, dict[str, int]] = {name: {} for name in JOB_EVENTS}
 
     def __len__(self) -> int:
         return self._held
@@ -81,6 +83,10 @@ class EventLog:
 
     def observe(self, event: str, job: Job) -> None:
         """Record a job event (`Engine.event_log`; this runs for every job)."""
+        per_queue = self.counts.get(event)
+        if per_queue is not None:
+            queue = job.queue or ""
+            per_queue[queue] = per_queue.get(queue, 0) + 1
         if not self.capacity:
             return
         slot = self._next

@@ -58,6 +58,8 @@ class PushRequest:
     unique: dict[str, Any] | None = None
     unique_policy: UniquePolicy | None = None
     rate_limit: int | None = None  # rate_limit.max_per_second
+    #: The rate-limiting extension's keyed limit {key, concurrency, rate, period}, validated.
+    keyed_limit: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     schema: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
@@ -124,7 +126,15 @@ def push_request(env: Envelope, body: dict[str, Any]) -> PushRequest:
             req.unique = raw_options.get("unique")
             req.unique_policy = unique_policy(options.unique)
         if options.rate_limit is not None:
-            req.rate_limit = options.rate_limit.max_per_second
+            limit = options.rate_limit
+            req.rate_limit = limit.max_per_second
+            if limit.key is not None:
+                req.keyed_limit = {
+                    "key": limit.key,
+                    "concurrency": limit.concurrency,
+                    "rate": limit.rate,
+                    "period": limit.period or ("second" if limit.rate is not None else None),
+                }
     req.run_at = float(run_at) if run_at is not None else None
     if req.expires_at is not None:
         req.expires_at = float(req.expires_at)

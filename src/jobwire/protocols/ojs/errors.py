@@ -52,8 +52,10 @@ class OJSError(Exception):
         status: int | None = None,
         retryable: bool = False,
         details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
+        self.headers = headers  # sent with the error reply (Retry-After, ...)
         self.code = code
         self.message = message
         self.status = status if status is not None else STATUS.get(code, 400)

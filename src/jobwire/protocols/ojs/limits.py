@@ -27,6 +27,10 @@ MAX_ATTEMPTS: Final = 2**31 - 1
 MAX_BACKOFF_COEFFICIENT: Final = 100.0
 #: rate_limit.max_per_second.
 MAX_RATE: Final = 1_000_000
+#: A progress message (progress extension), in characters.
+MAX_MESSAGE: Final = 4096
+#: backpressure.max_depth: jobs waiting in one queue.
+MAX_DEPTH: Final = 10**9
 #: Job types, queue names, cron names, worker ids.
 MAX_NAME: Final = 255
 #: Jobs per fetch, per batch, steps per workflow.

@@ -89,8 +89,32 @@ class Unique(Struct, kw_only=True):
             raise ValueError("unique.meta_keys is required when unique.keys contains meta")
 
 
+Rate = Annotated[int, Meta(ge=1, le=limits.MAX_RATE)]
+
+
 class RateLimit(Struct, kw_only=True):
-    max_per_second: Annotated[int, Meta(ge=1, le=limits.MAX_RATE)]
+    """`options.rate_limit`: jobwire's per-queue `max_per_second`, and the rate-limiting
+    extension's keyed partition `{key, concurrency, rate, period, on_limit}` (at most
+    `concurrency` jobs of the key active at once, at most `rate` started per `period`),
+    enforced when jobs are fetched; a job over its key's limit waits in its queue."""
+
+    max_per_second: Rate | None = None
+    key: Name | None = None
+    concurrency: Rate | None = None
+    rate: Rate | None = None
+    period: Literal["second", "minute", "hour", "day"] | None = None
+    on_limit: Literal["wait"] = "wait"
+
+    def __post_init__(self) -> None:
+        keyed = self.concurrency is not None or self.rate is not None
+        if self.max_per_second is None and not keyed:
+            raise ValueError("rate_limit needs max_per_second, or a key with concurrency or rate")
+        if keyed and self.key is None:
+            raise ValueError("rate_limit.key is required with concurrency or rate")
+        if self.key is not None and not keyed:
+            raise ValueError("rate_limit.key needs concurrency or rate")
+        if self.period is not None and self.rate is None:
+            raise ValueError("rate_limit.period needs rate")
 
 
 class Options(Struct, kw_only=True):
@@ -224,6 +248,8 @@ class Nack(Struct, kw_only=True):
 class Heartbeat(Struct, kw_only=True):
     worker_id: Name
     state: str | None = None
+    #: The graceful-shutdown extension: the worker is draining (as `state: "drain"`).
+    shutdown: bool | None = None
     active_jobs: list[str] | Int64 | None = None
     active_job_ids: list[str] | None = None
     visibility_timeout_ms: PositiveMillis | None = None
@@ -246,6 +272,41 @@ class WorkerDirective(Struct, kw_only=True):
     state: Literal["running", "quiet", "terminate"]
 
 
+class Progress(Struct, kw_only=True):
+    """`PUT /ojs/v1/jobs/{id}/progress` (progress extension): a fraction, clamped to [0, 1]."""
+
+    progress: Annotated[float, Meta(ge=-1e12, le=1e12)]
+    message: Annotated[str, Meta(max_length=limits.MAX_MESSAGE)] | None = None
+
+
+class Backpressure(Struct, kw_only=True):
+    """A queue's depth bound (backpressure extension): enqueues beyond it are refused (429)."""
+
+    max_depth: Annotated[int, Meta(ge=1, le=limits.MAX_DEPTH)] | None = None
+    strategy: Literal["reject"] = "reject"
+    warning_threshold: Annotated[float, Meta(gt=0, le=1)] | None = None
+
+
+class QueueConfig(Struct, kw_only=True):
+    """`PUT /ojs/v1/admin/queues/{name}/config`."""
+
+    backpressure: Backpressure | None = None
+
+
+class BulkFilter(Struct, kw_only=True):
+    state: Literal["discarded"] = "discarded"
+    queue: QueueName | None = None
+    type: JobType | None = None
+
+
+class BulkRetry(Struct, kw_only=True):
+    """`POST /ojs/v1/admin/jobs/bulk/retry`: dead-lettered jobs back to their queues; the
+    operator must confirm."""
+
+    filter: BulkFilter
+    confirm: bool = False
+
+
 #: Every request message, by the name the OpenAPI document gives its schema.
 REQUESTS: Final[tuple[type[Struct], ...]] = (
     Envelope,
@@ -260,6 +321,9 @@ REQUESTS: Final[tuple[type[Struct], ...]] = (
     Register,
     Deregister,
     WorkerDirective,
+    Progress,
+    QueueConfig,
+    BulkRetry,
 )
 
 

@@ -35,6 +35,7 @@ from jobwire.protocols.ojs import limits
 from jobwire.protocols.ojs.envelope import SPEC_VERSION, PushRequest, parse_push
 from jobwire.protocols.ojs.errors import OJSError, error_body
 from jobwire.protocols.ojs.ids import uuid7
+from jobwire.protocols.ojs.messages import Backpressure
 from jobwire.protocols.ojs.retry import RetryPolicy, parse_retry
 from jobwire.protocols.ojs.times import format_time
 from jobwire.protocols.ojs.unique import UniquePolicy
@@ -42,7 +43,7 @@ from jobwire.server.ojs.deadletter_queue import DeadLetter
 from jobwire.server.ojs.edges import Cors, json_only
 from jobwire.server.ojs.http import BASE, ojs_middleware, reply
 from jobwire.server.ojs.liveness import WorkerLiveness
-from jobwire.server.ojs.ratelimit import QueueRateLimits
+from jobwire.server.ojs.ratelimit import KeyedLimits, QueueRateLimits
 from jobwire.server.ojs.render import job_json, payload_for
 from jobwire.server.ojs.unique import UniqueIndex
 from jobwire.server.runtime import Runtime
@@ -142,6 +143,9 @@ class OJSService:
         self.dead_letter = DeadLetter(engine, wants=wants_dead_letter, kv=kv)
         self.liveness = WorkerLiveness(engine, self.options.heartbeat_timeout)
         self.rate_limits = QueueRateLimits()
+        self.keyed_limits = KeyedLimits()
+        #: Queue depth bounds (backpressure extension), set by `PUT /admin/queues/{name}/config`.
+        self.backpressure: dict[str, Backpressure] = {}
         self.uniques = UniqueIndex()
         self.cron = CronScheduler(
             engine,
@@ -235,7 +239,18 @@ class OJSService:
     # ------------------------------------------------------------------ plumbing
 
     def app(self) -> web.Application:
-        from jobwire.server.ojs import admin, cron, deadletter, events, jobs, queues, workers
+        from jobwire.server.ojs import (
+            admin,
+            admin_api,
+            cron,
+            deadletter,
+            events,
+            jobs,
+            observability,
+            progress,
+            queues,
+            workers,
+        )
         from jobwire.server.ojs import workflows as workflow_routes
         from jobwire.server.ojs.openapi import openapi_document
 
@@ -249,7 +264,19 @@ class OJSService:
         r.add_get(BASE + "/health", self.health)
         document = openapi_document()
         r.add_get(BASE + "/openapi.json", lambda request: _static(document))
-        for module in (jobs, workers, queues, deadletter, events, cron, workflow_routes, admin):
+        for module in (
+            jobs,
+            progress,
+            workers,
+            queues,
+            deadletter,
+            events,
+            cron,
+            workflow_routes,
+            admin,
+            admin_api,
+            observability,
+        ):
             module.add_routes(r, self)
         return app
 
@@ -358,8 +385,11 @@ class OJSService:
             raw = req.options.get("expires_at")
             if isinstance(raw, str) and not raw.startswith("+"):
                 ext["expires_at_text"] = raw  # echo the caller's own spelling
+        if req.keyed_limit is not None:
+            ext["rate_limit"] = req.keyed_limit
         if extra_ext:
             ext.update(extra_ext)
+        self._check_depth(req.queue)
         job_id = req.id or uuid7()
         payload = self._render_once(req, job_id, now, ext)
         try:
@@ -383,7 +413,49 @@ class OJSService:
             self.arm_expiry(job)
         if req.rate_limit is not None:
             self.rate_limits.set(req.queue, req.rate_limit)
+        if req.keyed_limit is not None:
+            self.keyed_limits.declare(req.keyed_limit)
         return job, True
+
+    def depth(self, queue: str) -> int:
+        """Jobs ready in `queue` (what a fetch could take now): its lanes' counts."""
+        info = self.engine.queues.get(queue)
+        return info.available if info is not None else 0
+
+    def _check_depth(self, queue: str) -> None:
+        """The queue's depth bound (backpressure extension): refuse a job beyond it."""
+        bound = self.backpressure.get(queue)
+        if bound is None or bound.max_depth is None:
+            return
+        depth = self.depth(queue)
+        if depth >= bound.max_depth:
+            raise OJSError(
+                "QUEUE_FULL",
+                f"queue {queue} holds {depth} jobs, its bound is {bound.max_depth}",
+                status=429,
+                retryable=True,
+                details={"queue": queue, "depth": depth, "max_depth": bound.max_depth},
+                headers={
+                    "Retry-After": "1",
+                    "X-OJS-Queue-Depth": str(depth),
+                    "X-OJS-Queue-Bound": str(bound.max_depth),
+                },
+            )
+
+    def pressure_headers(self, queue: str) -> dict[str, str]:
+        """X-OJS-Queue-Pressure (depth / bound) once a bounded queue passes its warning
+        threshold; no headers otherwise."""
+        bound = self.backpressure.get(queue)
+        if bound is None or bound.max_depth is None or bound.warning_threshold is None:
+            return {}
+        pressure = self.depth(queue) / bound.max_depth
+        if pressure < bound.warning_threshold:
+            return {}
+        return {
+            "X-OJS-Queue-Pressure": f"{pressure:.3f}",
+            "X-OJS-Queue-Depth": str(self.depth(queue)),
+            "X-OJS-Queue-Bound": str(bound.max_depth),
+        }
 
     @staticmethod
     def _render_once(req: PushRequest, job_id: str, now: float, ext: dict[str, Any]) -> bytes:
@@ -485,6 +557,8 @@ class OJSService:
         self.dead_letter.clear()
         self.liveness.clear()
         self.rate_limits.clear()
+        self.keyed_limits.clear()
+        self.backpressure.clear()
         self.uniques.clear()
         self.cron.clear()
         self.workflows.clear()

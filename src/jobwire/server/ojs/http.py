@@ -45,7 +45,7 @@ async def ojs_middleware(request: web.Request, handler: Any) -> web.StreamRespon
     try:
         response: web.StreamResponse = await handler(request)
     except OJSError as exc:
-        response = reply(error_body(exc, request_id), exc.status)
+        response = reply(error_body(exc, request_id), exc.status, exc.headers)
     except web.HTTPException as exc:
         code = http_error_code(exc.status)
         error = OJSError(code, exc.reason or code, status=exc.status)

@@ -37,7 +37,10 @@ class JobRoutes:
         job, created = self.service.submit(req)
         if not created:  # unique conflict with on_conflict=ignore: the existing job
             return reply({"job": job_json(job), "duplicate": True})
-        return reply({"job": job_json(job)}, 201, {"Location": f"{BASE}/jobs/{job.id}"})
+        headers = {"Location": f"{BASE}/jobs/{job.id}"}
+        headers.update(self.service.pressure_headers(job.queue))
+        headers.update(_rate_limit_headers(req.rate_limit, req.keyed_limit))
+        return reply({"job": job_json(job)}, 201, headers)
 
     async def push_batch(self, request: web.Request) -> web.Response:
         """Every job is validated and checked before any is created: all or nothing."""
@@ -98,6 +101,20 @@ class JobRoutes:
         except IllegalTransition as exc:
             raise illegal(exc) from None
         return reply({"job": job_json(job)})
+
+
+def _rate_limit_headers(per_second: int | None, keyed: dict[str, Any] | None) -> dict[str, str]:
+    """The limit a rate-limited job runs under (rate-limiting extension): X-RateLimit-Limit
+    (jobs per period, or at once for a concurrency limit) and its policy."""
+    if keyed is not None:
+        if keyed.get("rate") is not None:
+            limit, policy = keyed["rate"], f"{keyed['rate']};period={keyed['period']}"
+        else:
+            limit, policy = keyed["concurrency"], f"{keyed['concurrency']};concurrency"
+        return {"X-RateLimit-Limit": str(limit), "X-RateLimit-Policy": policy}
+    if per_second is not None:
+        return {"X-RateLimit-Limit": str(per_second), "X-RateLimit-Policy": f"{per_second};w=1"}
+    return {}
 
 
 def _check_within_batch(plan: Prepared, ids: set[str], keys: set[str]) -> None:

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from jobwire.engine.engine import QueueInfo
 from jobwire.protocols.ojs.envelope import check_queue
+from jobwire.protocols.ojs.errors import OJSError
 from jobwire.server.ojs.http import BASE, reply
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
     router.add_get(BASE + "/queues/{name}/stats", routes.stats)
     router.add_post(BASE + "/queues/{name}/pause", routes.pause)
     router.add_post(BASE + "/queues/{name}/resume", routes.resume)
+    router.add_get(BASE + "/rate-limits/{key}", routes.rate_limit)
 
 
 class QueueRoutes:
@@ -74,8 +76,20 @@ class QueueRoutes:
         out.update({state: counts[state] for state in STATES})
         out["available"] = info.available
         out["dead_letter"] = len(self.service.dead_letter.jobs(info.name))
+        out["queue"] = info.name
+        out["depth"] = self.service.depth(info.name)  # backpressure extension
+        bound = self.service.backpressure.get(info.name)
+        out["max_depth"] = bound.max_depth if bound is not None else None
         out["total"] = sum(counts.values())
         return reply({"queue": out, "stats": out})
+
+    async def rate_limit(self, request: web.Request) -> web.Response:
+        """A rate-limit partition (rate-limiting extension): its limits and what it holds."""
+        key = request.match_info["key"]
+        part = self.service.keyed_limits.partition(key)
+        if part is None:
+            raise OJSError("not_found", f"no rate limit with key {key!r}")
+        return reply(part.as_json(self.engine.clock()))
 
     async def pause(self, request: web.Request) -> web.Response:
         info = self._queue(request)

@@ -1,4 +1,5 @@
-"""Per-queue delivery rate limits: at most N jobs handed out per queue in any one second.
+"""Delivery rate limits. Per queue (`rate_limit.max_per_second`): at most N jobs handed
+out per queue in any one second. Per key (the rate-limiting extension, `KeyedLimits`).
 
 A sliding one-second window of delivery times per limited queue; fetches ask how many jobs
 they may take (`allowance`) and report what they took (`taken`). Unlimited queues cost one
@@ -8,6 +9,9 @@ dict look-up.
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
+
+from jobwire.engine.job import Job, JobState
 
 WINDOW = 1.0
 
@@ -47,3 +51,87 @@ class QueueRateLimits:
     def clear(self) -> None:
         self._limits.clear()
         self._recent.clear()
+
+
+#: The rate-limiting extension's periods, in seconds.
+PERIODS = {"second": 1.0, "minute": 60.0, "hour": 3600.0, "day": 86400.0}
+
+
+class Partition:
+    """One key's limits (the latest a submitted job declared) and what it holds now."""
+
+    __slots__ = ("active", "concurrency", "key", "period", "rate", "started")
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.concurrency: int | None = None
+        self.rate: int | None = None
+        self.period = "second"
+        self.active: set[Job] = set()  # jobs of the key handed out, pruned when looked at
+        self.started: deque[float] = deque()  # start times within the period
+
+    def prune(self, now: float) -> None:
+        self.active = {job for job in self.active if job.state is JobState.ACTIVE}
+        window = PERIODS[self.period]
+        started = self.started
+        while started and started[0] <= now - window:
+            started.popleft()
+
+    def admits(self, now: float) -> bool:
+        self.prune(now)
+        if self.concurrency is not None and len(self.active) >= self.concurrency:
+            return False
+        return self.rate is None or len(self.started) < self.rate
+
+    def as_json(self, now: float) -> dict[str, Any]:
+        self.prune(now)
+        return {
+            "key": self.key,
+            "concurrency": self.concurrency,
+            "rate": self.rate,
+            "period": self.period if self.rate is not None else None,
+            "active": len(self.active),
+            "started_in_period": len(self.started),
+            "available": self.admits(now),
+        }
+
+
+class KeyedLimits:
+    """The rate-limiting extension's partitions by key (`options.rate_limit.key`): at most
+    `concurrency` jobs of a key active at once and at most `rate` started per `period`,
+    across queues. Checked when a fetch takes a job of a limited key; a job over its key's
+    limit waits in its queue (`on_limit: "wait"`). Jobs without a key cost nothing."""
+
+    def __init__(self) -> None:
+        self._keys: dict[str, Partition] = {}
+
+    def declare(self, limit: dict[str, Any]) -> None:
+        """A job was submitted with this keyed limit: the key's limits are the latest."""
+        key = limit["key"]
+        part = self._keys.get(key)
+        if part is None:
+            part = self._keys[key] = Partition(key)
+        part.concurrency = limit.get("concurrency")
+        part.rate = limit.get("rate")
+        part.period = limit.get("period") or "second"
+
+    def partition(self, key: str) -> Partition | None:
+        return self._keys.get(key)
+
+    def take(self, job: Job, now: float) -> bool:
+        """May the fetch hand `job` out? If so it counts against its key from now."""
+        limit = (job.ext or {}).get("rate_limit")
+        if not isinstance(limit, dict):
+            return True
+        part = self._keys.get(limit["key"])
+        if part is None:  # restored after a restart: its limits come back with the job
+            self.declare(limit)
+            part = self._keys[limit["key"]]
+        if not part.admits(now):
+            return False
+        part.active.add(job)
+        part.started.append(now)
+        return True
+
+    def clear(self) -> None:
+        self._keys.clear()

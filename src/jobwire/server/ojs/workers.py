@@ -58,6 +58,8 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
     router.add_post(BASE + "/workers/ack", routes.ack)
     router.add_post(BASE + "/workers/nack", routes.nack)
     router.add_post(BASE + "/workers/heartbeat", routes.heartbeat)
+    router.add_post(BASE + "/workers/beat", routes.heartbeat)  # the extensions' name
+    router.add_get(BASE + "/workers/{worker_id}/health", routes.health)
     router.add_post(BASE + "/workers/register", routes.register)
     router.add_post(BASE + "/workers/deregister", routes.deregister)
     router.add_get(BASE + "/workers", routes.list_workers)
@@ -69,6 +71,8 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
 
 #: Set in a worker's info while an operator holds it quiet (`admin.set_state`).
 OPERATOR_QUIET = "operator_quiet"
+#: Set in a worker's info once it said it drains (graceful-shutdown extension).
+DRAINING = "draining"
 
 
 def rank(state: Any) -> int:
@@ -223,8 +227,10 @@ class WorkerRoutes:
     ) -> list[Job]:
         """Up to `count` jobs, queues in order, within each queue's rate limit."""
         engine, limits = self.engine, self.service.rate_limits
+        keyed = self.service.keyed_limits
         now = engine.clock()
         jobs: list[Job] = []
+        held: list[Job] = []  # over their key's limit: back to their queues after the fetch
         for name in queues:
             wanted = count - len(jobs)
             if wanted <= 0:
@@ -232,11 +238,17 @@ class WorkerRoutes:
             allowance = limits.allowance(name, now)
             if allowance is not None:
                 wanted = min(wanted, allowance)
-            if wanted <= 0:
-                continue
-            got = engine.fetch([name], wanted, worker=session, lease_timeout=lease)
-            limits.taken(name, len(got), now)
-            jobs.extend(got)
+            while wanted > 0 and len(held) < MAX_FETCH:
+                got = engine.fetch([name], wanted, worker=session, lease_timeout=lease)
+                if not got:
+                    break
+                taken = [job for job in got if keyed.take(job, now)]
+                held += [job for job in got if job not in taken]
+                limits.taken(name, len(taken), now)
+                jobs.extend(taken)
+                wanted -= len(taken)
+        for job in reversed(held):
+            engine.unlease(job)
         default = self.service.options.visibility_timeout
         for job in jobs:
             lease_for = job.lease_deadline - now if job.lease_deadline else default
@@ -367,7 +379,11 @@ class WorkerRoutes:
         self.service.liveness.beat(session)
         session.info["active_job_ids"] = ids
         extended = []
-        directive = rank(body.get("state"))
+        draining = body.get("state") == "drain" or body.get("shutdown") is True
+        if draining:
+            # Graceful shutdown: the worker finishes what it holds and takes nothing new.
+            session.info[DRAINING] = True
+        directive = max(rank(body.get("state")), rank("quiet") if draining else 0)
         default = self.service.options.visibility_timeout
         for job_id in ids:
             job = self.engine.jobs.get(job_id)
@@ -388,15 +404,33 @@ class WorkerRoutes:
             # worker adopts the state the server returns, so the server follows it, unless
             # an operator quieted it.
             self.engine.set_worker_state(session, WorkerState.RUNNING)
+            session.info[DRAINING] = False
         return reply(
             {
+                "acknowledged": True,
                 "state": session.state.value,
+                "draining": bool(session.info.get(DRAINING)),
                 "jobs_extended": extended,
                 "server_time": format_time(time.time()),
                 "heartbeat_interval_ms": int(self.service.options.heartbeat_interval * 1000),
                 "visibility_timeout": int(visibility / 1000 if visibility else default),
             }
         )
+
+    async def health(self, request: web.Request) -> web.Response:
+        """A worker's health (graceful-shutdown extension): 503 while it drains or
+        terminates, with its state ("draining" once it said so)."""
+        worker_id = request.match_info["worker_id"]
+        session = self.service.workers.get(worker_id)
+        if session is None:
+            raise OJSError("not_found", f"no worker {worker_id!r}")
+        state = session.state
+        draining = bool(session.info.get(DRAINING)) and state is not WorkerState.TERMINATED
+        healthy = state is WorkerState.RUNNING and not draining
+        body = worker_json(session)
+        body["state"] = "draining" if draining else state.value
+        body["status"] = "ok" if healthy else ("draining" if draining else "unavailable")
+        return reply(body, 200 if healthy else 503)
 
 
 def _nack_reply(job: Job) -> dict[str, Any]:
