@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # `make test` or `make serve`, so they never run a stale build (src/jobwire/native.py).
 NATIVE_SOURCES := $(shell $(PYTHON) src/jobwire/native.py)
 
-.PHONY: install serve test lint bench bench-e2e clean
+.PHONY: install serve test lint bench bench-e2e gearmand-tests clean
 
 install: $(STAMP)
 
@@ -37,6 +37,12 @@ bench: install
 # RabbitMQ); the peers go into their own venv, bench/.venv-peers, created on first run.
 bench-e2e: install
 	$(BIN)/python bench/e2e.py
+
+# gearmand 1.1.20's own test programs (t/cli, t/client, t/worker, ...) against jobwire: built
+# from gearmand's repository into build/gearmand-suite on first run (GEARMAND_SRC=PATH takes
+# a local clone; GEARMAND_SERVER=both adds the gearmand baseline). Prints a pass/fail table.
+gearmand-tests: install
+	JOBWIRE=$(abspath $(BIN))/jobwire PYTHON=$(abspath $(BIN))/python tests/gearmand_suite/run.sh
 
 clean:
 	rm -rf $(VENV) bench/.venv-peers jobwire-data build .pytest_cache .mypy_cache .ruff_cache
