@@ -11,7 +11,7 @@
 #   GEARMAND_SERVER=jobwire run against jobwire, or `gearmand` (the one built here: the
 #                           baseline), or `both`
 #   GEARMAND_PROGRAMS="..." which t/ programs (default below)
-#   GEARMAND_TIMEOUT=900    seconds one program may run before it counts as hung
+#   GEARMAND_TIMEOUT=300    seconds one program may run before it counts as hung
 #   GEARMAND_WORK=DIR       where to build (default build/gearmand-suite)
 #   JOBWIRE=PATH            the jobwire executable (default .venv/bin/jobwire)
 set -euo pipefail
@@ -22,7 +22,7 @@ WORK=${GEARMAND_WORK:-$ROOT/build/gearmand-suite}
 TAG=${GEARMAND_TAG:-1.1.20}
 SERVERS=${GEARMAND_SERVER:-jobwire}
 PROGRAMS=${GEARMAND_PROGRAMS:-"gearmand cli worker client protocol multi_client round_robin internals ephemeral"}
-TIMEOUT=${GEARMAND_TIMEOUT:-900}
+TIMEOUT=${GEARMAND_TIMEOUT:-300}
 JOBWIRE=$(realpath "${JOBWIRE:-$ROOT/.venv/bin/jobwire}")
 SRC=$WORK/src
 LOGS=$WORK/logs
@@ -125,6 +125,14 @@ for server in $SERVERS; do
     timeout -k 10 "$TIMEOUT" "./t/$program" >"$log" 2>&1
     echo "exit $?" >>"$log"
     set -e
+    # A program stopped after the timeout leaves the servers it started (libtest puts them
+    # in their own process group); stop them by the pid files libtest gave them.
+    for pid_file in tmp_chroot/var/run/gearmand.pid*; do
+      [ -f "$pid_file" ] || continue
+      pid=$(cat "$pid_file" 2>/dev/null || true)
+      [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+      rm -f "$pid_file"
+    done
   done
 done
 exec "${PYTHON:-python3}" "$HERE/summarize.py" "$LOGS" $SERVERS -- $PROGRAMS
