@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # `make test` or `make serve`, so they never run a stale build (src/jobwire/native.py).
 NATIVE_SOURCES := $(shell $(PYTHON) src/jobwire/native.py)
 
-.PHONY: install serve test lint bench bench-e2e bench-zmq clean
+.PHONY: install serve test lint bench bench-e2e bench-zmq gearmand-tests clean
 
 install: $(STAMP)
 
@@ -42,6 +42,12 @@ bench-e2e: install
 # built into bench/.zmq-peers/ on first run; needs libzmq3-dev and libczmq-dev).
 bench-zmq: install
 	$(BIN)/python bench/zmq.py
+
+# gearmand 1.1.20's own test programs (t/cli, t/client, t/worker, ...) against jobwire: built
+# from gearmand's repository into build/gearmand-suite on first run (GEARMAND_SRC=PATH takes
+# a local clone; GEARMAND_SERVER=both adds the gearmand baseline). Prints a pass/fail table.
+gearmand-tests: install
+	JOBWIRE=$(abspath $(BIN))/jobwire PYTHON=$(abspath $(BIN))/python tests/gearmand_suite/run.sh
 
 clean:
 	rm -rf $(VENV) bench/.venv-peers bench/.zmq-peers jobwire-data build .pytest_cache .mypy_cache .ruff_cache

@@ -9,6 +9,16 @@ from pathlib import Path
 import click
 
 from jobwire import __version__
+from jobwire.gearmand_compat import (
+    GEARMAND_VERSION,
+    QUEUE_TYPES,
+    GearmandCommand,
+    daemonize,
+    enable_coredump,
+    queue_store,
+    set_file_descriptors,
+    switch_user,
+)
 from jobwire.store import DEFAULT_STORE
 
 # The server stack (aiohttp, uvloop) is imported inside `serve`, so the client-side
@@ -53,7 +63,7 @@ def main() -> None:
     """jobwire: one job server for Gearman, Open Job Spec and more."""
 
 
-def _setup_logging(log_file: str, verbose: str) -> None:
+def _setup_logging(log_file: str, verbose: str, syslog: bool = False) -> None:
     level = _PY_LEVEL[verbose]
     fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     if log_file == "none":
@@ -62,9 +72,22 @@ def _setup_logging(log_file: str, verbose: str) -> None:
         logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
     else:
         logging.basicConfig(level=level, format=fmt, filename=log_file)
+    if syslog:
+        from logging.handlers import SysLogHandler
+
+        # The local syslog socket, else syslog over UDP on this host.
+        address: str | tuple[str, int] = "/dev/log"
+        if not Path("/dev/log").exists():
+            address = ("localhost", 514)
+        handler = SysLogHandler(address=address, facility=SysLogHandler.LOG_DAEMON)
+        handler.setFormatter(logging.Formatter("jobwire[%(process)d]: %(name)s: %(message)s"))
+        handler.setLevel(level)
+        root = logging.getLogger()
+        root.addHandler(handler)
+        root.setLevel(min(root.level, level))
 
 
-@main.command()
+@main.command(cls=GearmandCommand, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "-L", "--listen", default="127.0.0.1", show_default=True, help="Address to listen on."
 )
@@ -303,7 +326,95 @@ def _setup_logging(log_file: str, verbose: str) -> None:
     help="Allow cross-origin requests to /ojs/v1 from ORIGIN (repeatable; * for any). "
     "Default: CORS off.",
 )
+# gearmand's own flags (jobwire.gearmand_compat; README "Command line").
+@click.option(
+    "-d",
+    "--daemon",
+    is_flag=True,
+    help="Detach and run in the background; exits 0 once the server listens, 1 if it "
+    "could not start.",
+)
+@click.option("-u", "--user", default=None, help="Switch to this user after start-up (as root).")
+@click.option(
+    "-t",
+    "--threads",
+    type=click.IntRange(min=0),
+    default=4,
+    show_default=True,
+    help="Accepted for gearmand and ignored: one event loop serves every connection.",
+)
+@click.option(
+    "-V",
+    "--version",
+    "show_version",
+    is_flag=True,
+    help="Print the version (as gearmand does) and exit.",
+)
+@click.option("--syslog", is_flag=True, help="Also log to syslog (facility daemon).")
+@click.option(
+    "-q",
+    "--queue-type",
+    default="builtin",
+    show_default=True,
+    help=f"gearmand's queue: {' or '.join(QUEUE_TYPES)}; builtin is --store memory, "
+    "libsqlite3 is --store sqlite:<--libsqlite3-db> [default: --store's default].",
+)
+@click.option("--libsqlite3-db", default=None, help="The libsqlite3 queue's database file.")
+@click.option(
+    "--libsqlite3-table",
+    default=None,
+    help="Accepted for gearmand and ignored: jobwire keeps its own tables.",
+)
+@click.option(
+    "--store-queue-on-shutdown",
+    is_flag=True,
+    help="Accepted for gearmand and ignored: the sqlite store writes every job as it comes.",
+)
+@click.option(
+    "-R",
+    "--round-robin",
+    is_flag=True,
+    help="Accepted for gearmand: jobwire always takes a worker's functions in turn by "
+    "priority and age.",
+)
+@click.option(
+    "--config-file",
+    default=None,
+    metavar="PATH",
+    help="Read options from PATH (gearmand's format: options as on the command line, "
+    "whitespace-separated); the command line wins.",
+)
+@click.option(
+    "--hashtable-buckets",
+    type=click.IntRange(min=1),
+    default=991,
+    show_default=True,
+    help="Accepted for gearmand and ignored: jobwire's tables grow as needed.",
+)
+@click.option(
+    "-f",
+    "--file-descriptors",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Set the limit on open files (RLIMIT_NOFILE) [default: the user's].",
+)
+@click.option(
+    "--coredump", is_flag=True, help="Leave a core file (and tracebacks) on a fatal signal."
+)
+@click.option(
+    "-r",
+    "--protocol",
+    multiple=True,
+    help="gearmand's protocol modules: http serves HTTP on --http-port; gear is always on.",
+)
+@click.option("--ssl", is_flag=True, help="Refused at start: jobwire serves no TLS itself.")
+@click.option("--ssl-ca-file", default=None, hidden=True)
+@click.option("--ssl-certificate", default=None, hidden=True)
+@click.option("--ssl-key", default=None, hidden=True)
+@click.option("--check-args", is_flag=True, hidden=True, help="Check the options and exit.")
+@click.pass_context
 def serve(
+    ctx: click.Context,
     listen: str,
     port: int,
     http_port: int,
@@ -353,8 +464,31 @@ def serve(
     rota_logs: bool,
     rota_spec_file: Path | None,
     cors_origins: tuple[str, ...],
+    daemon: bool,
+    user: str | None,
+    threads: int,
+    show_version: bool,
+    syslog: bool,
+    queue_type: str,
+    libsqlite3_db: str | None,
+    libsqlite3_table: str | None,
+    store_queue_on_shutdown: bool,
+    round_robin: bool,
+    config_file: str | None,
+    hashtable_buckets: int,
+    file_descriptors: int | None,
+    coredump: bool,
+    protocol: tuple[str, ...],
+    ssl: bool,
+    ssl_ca_file: str | None,
+    ssl_certificate: str | None,
+    ssl_key: str | None,
+    check_args: bool,
 ) -> None:
-    """Run the job server."""
+    """Run the job server.
+
+    Takes gearmand's command line too (README, "Command line"): a bad argument exits 1.
+    """
     from jobwire import native
     from jobwire.engine import EngineConfig
     from jobwire.server.app import ServerConfig, run
@@ -364,10 +498,7 @@ def serve(
     from jobwire.server.zmq import ZmqOptions
 
     verbose = verbose.upper()
-    _setup_logging(log_file, verbose)
-    logging.getLogger("jobwire").info("jobwire %s, hot path %s", __version__, native.status())
-    if store.startswith("sqlite:"):
-        Path(store.removeprefix("sqlite:")).parent.mkdir(parents=True, exist_ok=True)
+    # Check everything first (--check-args stops after this), as gearmand does.
     if job_handle_prefix is not None and len(job_handle_prefix.encode()) > MAX_HANDLE_PREFIX:
         raise click.BadParameter(
             f"at most {MAX_HANDLE_PREFIX} bytes: handles (PREFIX:N, N up to 19 digits) must "
@@ -376,6 +507,44 @@ def serve(
         )
     if bstar and not (bstar_local and bstar_remote):
         raise click.UsageError("--bstar needs --bstar-local and --bstar-remote")
+    if ctx.get_parameter_source("queue_type") is not click.core.ParameterSource.DEFAULT:
+        store_given = ctx.get_parameter_source("store") is not click.core.ParameterSource.DEFAULT
+        store = queue_store(queue_type, libsqlite3_db, store, store_given)
+    for name in protocol:
+        if name.lower() == "http":
+            http_port = http_port or 8080  # gearmand's --http-port default
+        elif name.lower() != "gear":
+            raise click.BadParameter(
+                f"jobwire has no protocol module {name!r}: Gearman is always served, HTTP "
+                "with -r http (or --http-port); OJS, Rota and ZeroMQ are built in",
+                param_hint="--protocol",
+            )
+    if check_args:
+        ctx.exit(0)
+    if show_version:
+        click.echo(
+            f"\njobwire {__version__} (gearmand {GEARMAND_VERSION} command line), "
+            f"hot path {native.status()}"
+        )
+        ctx.exit(0)
+    if ssl:
+        raise click.ClickException(
+            "jobwire serves Gearman without TLS: put a TLS terminator (stunnel, haproxy) in "
+            "front of it"
+        )
+    if file_descriptors is not None:
+        set_file_descriptors(file_descriptors)
+    if user is not None:
+        switch_user(user)
+    ready = daemonize() if daemon else None
+    if coredump:
+        enable_coredump()
+    _setup_logging(log_file, verbose, syslog)
+    logging.getLogger("jobwire").info("jobwire %s, hot path %s", __version__, native.status())
+    if threads != 4:
+        logging.getLogger("jobwire").info("--threads %d ignored: one event loop", threads)
+    if store.startswith("sqlite:"):
+        Path(store.removeprefix("sqlite:")).parent.mkdir(parents=True, exist_ok=True)
     config = ServerConfig(
         bstar=bstar,
         bstar_local=bstar_local or "",
@@ -390,6 +559,7 @@ def serve(
         backlog=backlog,
         busy_poll=busy_poll / 1e6,
         pid_file=pid_file,
+        on_ready=ready,
         engine=EngineConfig(
             job_retries=job_retries or None,
             worker_wakeup=worker_wakeup,

@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -49,6 +50,8 @@ class ServerConfig:
     bstar_local: str = ""
     bstar_remote: str = ""
     bstar_heartbeat: float = 1.0
+    #: Called once every listener is up (`serve --daemon` lets its starter exit then).
+    on_ready: Callable[[], None] | None = None
 
 
 def open_store(
@@ -201,6 +204,8 @@ class Server:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         log.info("jobwire listening on %s:%d (gearman)", config.listen, config.port)
+        if config.on_ready is not None:
+            config.on_ready()
         try:
             await self._stop.wait()
         finally:

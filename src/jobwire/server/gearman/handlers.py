@@ -57,6 +57,8 @@ NOT_ON_SERVER: Final = "Job does not exist on server"
 EXCEPTION_NOT_FOUND: Final = "An exception was received for a job that does not exist"
 
 MAX_CLIENT_ID: Final = 127
+#: gearmand's least CAN_DO_TIMEOUT (libgearman-server/connection.cc raises shorter ones).
+MIN_TIMEOUT_MS: Final = 1000
 
 # Enum member lookups cost ~0.1 us each in Python 3.11; the per-packet paths use these.
 _WORK_COMPLETE: Final = int(T.WORK_COMPLETE)
@@ -432,14 +434,17 @@ class GearmanConnection(Transport):
         self.engine.add_ability(self.session(), self.server.name(args[0]))
 
     def can_do_timeout(self, args: tuple[bytes, ...]) -> None:
+        """As gearmand: the timeout is in milliseconds, at least MIN_TIMEOUT_MS; 0 or a
+        negative number sets none. A job held past it is requeued with its attempt counted
+        (clients get WORK_FAIL once --job-retries are spent) and the worker's late result
+        gets JOB_NOT_FOUND."""
         raw_timeout = args[1]
-        if not raw_timeout.isdigit():
+        if not raw_timeout.removeprefix(b"-").isdigit():
             self.error("INVALID_ARGUMENT", "Timeout must be a decimal number of milliseconds")
             return
         timeout_ms = int(raw_timeout)
-        self.engine.add_ability(
-            self.session(), self.server.name(args[0]), timeout_ms / 1000 if timeout_ms else None
-        )
+        timeout = max(timeout_ms, MIN_TIMEOUT_MS) / 1000 if timeout_ms > 0 else None
+        self.engine.add_ability(self.session(), self.server.name(args[0]), timeout)
 
     def cant_do(self, args: tuple[bytes, ...]) -> None:
         if self.worker is not None:
