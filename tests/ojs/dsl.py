@@ -18,9 +18,15 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from tests.servers import ServerProcess
 
 TOLERANCE_PCT = 50
 MIN_TOLERANCE_MS = 100
@@ -496,3 +502,31 @@ class Runner:
                 actual = resolve(context, path)
                 want = json.loads(expected) if isinstance(expected, str) else expected
                 assert actual == want, f"{where}: {path} differs: {actual!r} != {want!r}"
+
+
+@contextmanager
+def suite_server(store_kind: str, workdir: Path) -> Iterator[ServerProcess]:
+    """A jobwire process for a run of JSON suites (`store_kind`: memory or sqlite), stopped
+    cleanly at the end."""
+    from tests.servers import start_jobwire
+
+    store = "memory" if store_kind == "memory" else f"sqlite:{workdir / 'jobs.db'}"
+    server = start_jobwire(["--allow-reset"], http=True, store=store, workdir=workdir)
+    server.extra["store"] = store_kind
+    yield server
+    code = server.stop()
+    assert code == 0, f"jobwire exited with {code}:\n{server.log()}"
+
+
+def run_suite_test(
+    server: ServerProcess, test: dict[str, Any], record: Callable[[bool], None]
+) -> None:
+    """Run one suite test on a freshly reset server; `record` hears whether it passed."""
+    runner = Runner(f"http://127.0.0.1:{server.http_port}")
+    runner.reset()
+    passed = False
+    try:
+        runner.run_test(test)
+        passed = True
+    finally:
+        record(passed)

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.ojs.dsl import Runner
-from tests.servers import ServerProcess, start_jobwire
+from tests.ojs.dsl import run_suite_test, suite_server
+from tests.servers import ServerProcess
 
 SUITES = Path(__file__).resolve().parent / "conformance" / "suites"
 LEVELS = {
@@ -67,26 +67,15 @@ def _param(level: int, path: Path, test: dict[str, Any]) -> Any:
 def ojs_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    workdir = tmp_path_factory.mktemp("ojs")
-    store = "memory" if request.param == "memory" else f"sqlite:{workdir / 'jobs.db'}"
-    server = start_jobwire(["--allow-reset"], http=True, store=store, workdir=workdir)
-    server.extra["store"] = request.param
-    yield server
-    code = server.stop()
-    assert code == 0, f"jobwire exited with {code}:\n{server.log()}"
+    with suite_server(request.param, tmp_path_factory.mktemp("ojs")) as server:
+        yield server
 
 
 @pytest.mark.parametrize(("level", "test"), [_param(*t) for t in TESTS])
 def test_conformance(ojs_server: ServerProcess, level: int, test: dict[str, Any]) -> None:
-    runner = Runner(f"http://127.0.0.1:{ojs_server.http_port}")
-    runner.reset()
-    passed = False
-    try:
-        runner.run_test(test)
-        passed = True
-    finally:
-        results = RESULTS.setdefault(str(ojs_server.extra["store"]), {})
-        results[test["test_id"] + "/" + test["name"]] = (level, passed)
+    results = RESULTS.setdefault(str(ojs_server.extra["store"]), {})
+    key = test["test_id"] + "/" + test["name"]
+    run_suite_test(ojs_server, test, lambda passed: results.__setitem__(key, (level, passed)))
 
 
 def test_not_yet_supported_names_real_tests() -> None:

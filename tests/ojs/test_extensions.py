@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.ojs.dsl import Runner
-from tests.servers import ServerProcess, start_jobwire
+from tests.ojs.dsl import run_suite_test, suite_server
+from tests.servers import ServerProcess
 
 SUITES = Path(__file__).resolve().parent / "conformance" / "suites"
 EXTENSIONS = (
@@ -70,26 +70,14 @@ def _param(extension: str, test: dict[str, Any]) -> Any:
 def ojs_ext_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    workdir = tmp_path_factory.mktemp("ojs-ext")
-    store = "memory" if request.param == "memory" else f"sqlite:{workdir / 'jobs.db'}"
-    server = start_jobwire(["--allow-reset"], http=True, store=store, workdir=workdir)
-    server.extra["store"] = request.param
-    yield server
-    code = server.stop()
-    assert code == 0, f"jobwire exited with {code}:\n{server.log()}"
+    with suite_server(request.param, tmp_path_factory.mktemp("ojs-ext")) as server:
+        yield server
 
 
 @pytest.mark.parametrize(("extension", "test"), [_param(*t) for t in TESTS])
 def test_extension(ojs_ext_server: ServerProcess, extension: str, test: dict[str, Any]) -> None:
-    runner = Runner(f"http://127.0.0.1:{ojs_ext_server.http_port}")
-    runner.reset()
-    passed = False
-    try:
-        runner.run_test(test)
-        passed = True
-    finally:
-        store = EXT_RESULTS.setdefault(str(ojs_ext_server.extra["store"]), {})
-        store.setdefault(extension, {})[test["test_id"]] = passed
+    tests = EXT_RESULTS.setdefault(str(ojs_ext_server.extra["store"]), {}).setdefault(extension, {})
+    run_suite_test(ojs_ext_server, test, lambda passed: tests.__setitem__(test["test_id"], passed))
 
 
 def test_extension_lists_name_real_tests() -> None:
