@@ -93,3 +93,33 @@ def test_extreme_numbers_get_400_never_5xx(fuzzed_server: ServerProcess) -> None
     schema = schemathesis.openapi.from_dict(wide)
     schema.config.update(base_url=base)
     fuzz_operations(schema, examples=15)
+
+
+def test_every_route_is_in_the_document() -> None:
+    """The document lists every /ojs/v1 route the server serves (but the document itself
+    and the test runners' reset), so it cannot drift from the routes."""
+    import asyncio
+
+    from jobwire.engine import Engine
+    from jobwire.server.ojs.app import OJSOptions, OJSService
+    from jobwire.server.ojs.openapi import openapi_document
+    from jobwire.server.runtime import Runtime
+
+    async def served() -> set[tuple[str, str]]:
+        runtime = Runtime(Engine(), asyncio.get_running_loop())
+        app = OJSService(runtime, OJSOptions(allow_reset=True)).app()
+        return {
+            (route.method.lower(), route.resource.canonical.removeprefix("/ojs/v1"))
+            for route in app.router.routes()
+            if route.resource is not None
+            and route.resource.canonical.startswith("/ojs/v1/")
+            and route.method != "HEAD"
+        }
+
+    documented = {
+        (method, path) for path, ops in openapi_document()["paths"].items() for method in ops
+    }
+    missing = (
+        asyncio.run(served()) - documented - {("get", "/openapi.json"), ("post", "/admin/reset")}
+    )
+    assert not missing, sorted(missing)

@@ -220,6 +220,39 @@ def openapi_document() -> dict[str, Any]:
             "get": _op("Get a workflow", parameters=job_id),
             "delete": _op("Cancel a workflow", parameters=job_id),
         },
+        # The OJS worker protocol's own paths, aliases of /workers/fetch, ack and nack.
+        "/jobs/fetch": {"post": _op("Fetch jobs (worker protocol path)", body=_ref("Fetch"))},
+        "/jobs/{id}/ack": {
+            "post": _op("Acknowledge a job (worker protocol path)", parameters=job_id)
+        },
+        "/jobs/{id}/nack": {"post": _op("Fail a job (worker protocol path)", parameters=job_id)},
+        # Extensions (README: which ones jobwire passes).
+        "/jobs/{id}/progress": {
+            "put": _op("Report a job's progress", parameters=job_id, body=_ref("Progress")),
+            "get": _op("A job's progress", parameters=job_id),
+        },
+        "/workers/beat": {"post": _op("Heartbeat (extensions' path)", body=_ref("Heartbeat"))},
+        "/workers/{worker_id}/health": {
+            "get": _op("A worker's liveness", parameters=[_path_param("worker_id")])
+        },
+        "/rate-limits/{key}": {"get": _op("A rate limit's state", parameters=[_path_param("key")])},
+        "/admin/stats": {"get": _op("Server statistics")},
+        "/admin/queues": {"get": _op("Queues, with their settings")},
+        "/admin/queues/{name}/pause": {"post": _op("Pause a queue", parameters=queue)},
+        "/admin/queues/{name}/resume": {"post": _op("Resume a queue", parameters=queue)},
+        "/admin/queues/{name}/config": {
+            "get": _op("A queue's settings", parameters=queue),
+            "put": _op("Set a queue's settings", parameters=queue, body=_ref("QueueConfig")),
+        },
+        "/admin/workers": {"get": _op("Workers of every protocol")},
+        "/admin/jobs/bulk/retry": {"post": _op("Retry jobs in bulk", body=_ref("BulkRetry"))},
+        "/admin/jobs/{id}": {"get": _op("A job in detail", parameters=job_id)},
+        "/admin/dead-letter": {"get": _op("Dead letter jobs")},
+        "/admin/dead-letter/stats": {"get": _op("Dead letter statistics")},
+        "/admin/dead-letter/{id}/retry": {
+            "post": _op("Retry a dead letter job", parameters=job_id)
+        },
+        "/admin/dead-letter/{id}": {"delete": _op("Delete a dead letter job", parameters=job_id)},
     }
     return {
         "openapi": "3.1.0",
