@@ -130,7 +130,12 @@ def _setup_logging(log_file: str, verbose: str, syslog: bool = False) -> None:
     help="Seconds finished jobs stay visible to status queries [default: 3600 with HTTP, else 0].",
 )
 @click.option(
-    "--store", default=DEFAULT_STORE, show_default=True, help="Job store: memory, or sqlite:PATH."
+    "--store",
+    default=DEFAULT_STORE,
+    show_default=True,
+    envvar="JOBWIRE_STORE",
+    help="Job store: memory, sqlite:PATH or postgresql://USER:PASS@HOST:PORT/DB "
+    "(also $JOBWIRE_STORE).",
 )
 @click.option(
     "--fsync",
@@ -631,3 +636,7 @@ main.add_command(spec_command)
 from jobwire.device import device_command  # noqa: E402
 
 main.add_command(device_command)
+
+from jobwire.db_cli import db_command  # noqa: E402
+
+main.add_command(db_command)

@@ -57,9 +57,20 @@ class ServerConfig:
 def open_store(
     spec: str, fsync: str = "batch", checkpoint_bytes: int | None = None, busy_poll: float = 0.0
 ) -> Store:
-    """`memory`, or `sqlite:PATH`; `busy_poll` as the server's, for the store's syncer."""
+    """`memory`, `sqlite:PATH` or `postgresql://...`; `busy_poll` as the server's, for the
+    sqlite store's syncer."""
     if spec == "memory":
         return MemoryStore()
+    from jobwire.store.postgres import is_postgres
+
+    if is_postgres(spec):
+        from jobwire.store.postgres import PostgresStore
+        from jobwire.store.sqlite import StoreError as PostgresStoreError
+
+        try:
+            return PostgresStore(spec)
+        except PostgresStoreError as exc:
+            raise SystemExit(f"jobwire: {exc}") from exc
     kind, _, path = spec.partition(":")
     if kind == "sqlite" and path:
         from jobwire.store.sqlite import CHECKPOINT_BYTES, SQLiteStore, StoreError
@@ -74,7 +85,9 @@ def open_store(
         except StoreError as exc:
             raise SystemExit(f"jobwire: {exc}") from exc
         return store
-    raise SystemExit(f"unknown store {spec!r}: use memory or sqlite:PATH")
+    raise SystemExit(
+        f"unknown store {spec!r}: use memory, sqlite:PATH or postgresql://USER@HOST:PORT/DB"
+    )
 
 
 def rota_options(config: ServerConfig) -> RotaOptions:
@@ -225,6 +238,9 @@ class Server:
             if ojs is not None:
                 ojs.close()
             runtime.close()
+            drain = getattr(store, "drain", None)
+            if drain is not None:  # a store that commits on the loop: let it finish
+                await drain()
             store.close()
             if config.pid_file is not None:
                 config.pid_file.unlink(missing_ok=True)
