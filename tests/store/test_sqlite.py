@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import pytest
 
-from jobwire.engine import Engine, EngineConfig, Job, JobState, WorkerSession
+from jobwire.engine import Job
 from jobwire.ports import StoredJob
 from jobwire.store import redolog
 from jobwire.store import sqlite as sqlite_store
@@ -145,88 +145,6 @@ class Gate:
         relay = Relay(store, gated)
         relay.publishing = False
         self.open: Callable[[], None] = open_gate
-
-
-def test_jobs_replay_in_enqueue_order_with_every_field(tmp_path: Path) -> None:
-    path = tmp_path / "jobs.db"
-    store = SQLiteStore(path)
-
-    async def main() -> None:
-        first = make_job(1, unique="u1", priority=1, max_attempts=3, reducer="sum")
-        first.ext = {"retry": {"max": 3}, "tags": ["a"]}
-        store.job_saved(first)
-        store.job_saved(make_job(2, run_at=5000.0, state=JobState.SCHEDULED))
-        store.job_saved(make_job(3, queue="other"))
-        assert await committed(store)
-        # A later change of the first job (its attempt) must not move it behind the others.
-        first.attempts = 1
-        first.state = JobState.ACTIVE
-        store.job_saved(first)
-        assert await committed(store)
-
-    run(main)
-    store.close()
-    rows = loaded(path)
-    assert [row.id for row in rows] == ["H:test:1", "H:test:2", "H:test:3"]
-    assert rows[0] == StoredJob(
-        id="H:test:1",
-        function="reverse",
-        queue="reverse",
-        unique="u1",
-        payload=b"payload 1",
-        priority=1,
-        state=JobState.ACTIVE,
-        attempts=1,
-        max_attempts=3,
-        run_at=None,
-        created_at=1000.0,
-        reducer="sum",
-        ext=b'{"retry":{"max":3},"tags":["a"]}',
-        row=1,
-    )
-    assert [row.row for row in rows] == [1, 2, 3]
-    assert (rows[1].run_at, rows[1].state) == (5000.0, JobState.SCHEDULED)
-    assert rows[2].queue == "other"
-
-
-def test_latest_change_per_job_wins_within_a_batch(tmp_path: Path) -> None:
-    path = tmp_path / "jobs.db"
-    store = SQLiteStore(path)
-
-    async def main() -> None:
-        gone, back, kept = make_job(1), make_job(2), make_job(3)
-        store.job_saved(back)
-        assert await committed(store)
-        # One loop turn: save+remove cancels out; remove+save keeps the job.
-        store.job_saved(gone)
-        store.job_saved(kept)
-        store.job_removed(gone)
-        store.job_removed(back)
-        store.job_saved(back)
-        assert await committed(store)
-
-    run(main)
-    store.close()
-    assert [row.id for row in loaded(path)] == ["H:test:2", "H:test:3"]
-
-
-def test_replayed_jobs_share_their_function_and_queue_names(tmp_path: Path) -> None:
-    path = tmp_path / "jobs.db"
-    store = SQLiteStore(path)
-
-    async def main() -> None:
-        for number in range(1, 4):
-            store.job_saved(make_job(number))
-        store.job_saved(make_job(4, queue="other"))
-        assert await committed(store)
-
-    run(main)
-    store.close()
-    rows = loaded(path)
-    # One string per name, as for jobs queued live: not one per job and column.
-    assert rows[0].function is rows[1].function is rows[2].function is rows[3].function
-    assert rows[0].queue is rows[0].function
-    assert rows[3].queue == "other"
 
 
 def test_after_commit_waits_for_the_commit_and_is_immediate_when_idle(tmp_path: Path) -> None:
@@ -546,94 +464,6 @@ def test_unknown_schema_version_and_bad_paths_are_refused(tmp_path: Path) -> Non
     garbage.write_bytes(b"this is not a database" * 1000)
     with pytest.raises(StoreError):
         SQLiteStore(garbage)
-
-
-class IdleWorker:
-    def wake(self) -> None:
-        pass
-
-    def assign(self, job: Job) -> None:
-        pass
-
-    def revoke(self, job: Job, reason: str) -> None:
-        pass
-
-
-def test_engine_replay_counts_active_attempts_and_keeps_handles_unique(tmp_path: Path) -> None:
-    path = tmp_path / "jobs.db"
-    config = EngineConfig(id_prefix="H:test")
-    store = SQLiteStore(path)
-    engine = Engine(config, journal=store)
-
-    async def main() -> None:
-        for number in range(4):
-            engine.submit("reverse", b"%d" % number)
-        engine.submit("reverse", b"later", run_at=engine.clock() + 3600)
-        engine.submit("reverse", b"foreground", background=False)
-        worker = WorkerSession("w", IdleWorker(), protocol="test")
-        engine.add_worker(worker)
-        engine.add_ability(worker, "reverse")
-        done = engine.grab(worker)
-        active = engine.grab(worker)
-        assert done is not None and active is not None
-        engine.complete(done, b"ok")
-        assert await committed(store)
-
-    run(main)
-    store.close()  # as if killed: the active job's lease is what the file says
-
-    store = SQLiteStore(path)
-    engine = Engine(config, journal=store)
-    assert engine.replay(store.load()) == 4
-    jobs = list(engine.jobs.values())
-    assert [job.payload for job in jobs] == [b"1", b"2", b"3", b"later"]  # b"0" completed
-    assert [job.attempts for job in jobs] == [1, 0, 0, 0]
-    assert [job.state for job in jobs] == [JobState.AVAILABLE] * 3 + [JobState.SCHEDULED]
-
-    async def submit_again() -> str:
-        job, _ = engine.submit("reverse", b"new")
-        assert await committed(store)
-        return job.id
-
-    # After the last stored job (the foreground H:test:6 was never stored), not H:test:1.
-    assert run(submit_again) == "H:test:6"
-    store.close()
-    assert len(loaded(path)) == 5
-
-
-def test_large_batches_keep_order_and_delete_exactly(tmp_path: Path) -> None:
-    path = tmp_path / "jobs.db"
-    store = SQLiteStore(path)
-    jobs = [make_job(number) for number in range(1, 601)]
-
-    async def main() -> None:
-        for job in jobs:
-            store.job_saved(job)
-        assert await committed(store)
-        for job in jobs[::2]:
-            store.job_removed(job)
-        assert await committed(store)
-
-    run(main)
-    store.close()
-    assert [row.id for row in loaded(path)] == [job.id for job in jobs[1::2]]
-
-
-def test_attributes_that_are_not_json_do_not_lose_the_job(tmp_path: Path) -> None:
-    path = tmp_path / "jobs.db"
-    store = SQLiteStore(path)
-
-    async def main() -> None:
-        store.job_saved(make_job(1, ext={"raw": b"bytes are not JSON"}))
-        store.job_saved(make_job(2, ext={"fine": [1, 2]}))
-        assert await committed(store)
-
-    run(main)
-    store.close()
-    assert [(row.id, row.ext) for row in loaded(path)] == [
-        ("H:test:1", None),
-        ("H:test:2", b'{"fine":[1,2]}'),
-    ]
 
 
 # ---------------------------------------------------------------------- redo log, checkpoints

@@ -52,6 +52,8 @@ SCHEMA_VERSION = 1
 RECONNECT_MIN = 0.05
 RECONNECT_MAX = 2.0
 CONNECT_TIMEOUT = 5
+#: Seconds a starting node waits for the lock of a node that just ended.
+LOCK_WAIT = 3.0
 #: While commits keep failing, repeat the same error in the log at most this often (seconds).
 _LOG_EVERY = 10.0
 #: The advisory lock a node holds: this constant and the hash of the schema's name.
@@ -309,11 +311,19 @@ class PostgresStore:
         self._task: asyncio.Task[None] | None = None
 
     def _take_lock(self, conn: psycopg.Connection[Any]) -> int:
-        row = conn.execute(f"SELECT pg_try_advisory_lock({_LOCK_KEY}), pg_backend_pid()").fetchone()
-        assert row is not None
-        if not row[0]:
-            raise StoreError("the store is in use by another jobwire node")
-        return int(row[1])
+        """Take the node's lock, waiting up to `LOCK_WAIT` seconds: the backend of a node
+        killed a moment ago may not have ended yet, and holds it until it does."""
+        deadline = time.monotonic() + LOCK_WAIT
+        while True:
+            row = conn.execute(
+                f"SELECT pg_try_advisory_lock({_LOCK_KEY}), pg_backend_pid()"
+            ).fetchone()
+            assert row is not None
+            if row[0]:
+                return int(row[1])
+            if time.monotonic() >= deadline:
+                raise StoreError("the store is in use by another jobwire node")
+            time.sleep(0.02)
 
     # ------------------------------------------------------------------ start-up reads
 
