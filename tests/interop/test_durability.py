@@ -28,6 +28,7 @@ from tests.interop.gearman_raw import (
     status,
 )
 from tests.ojs.dsl import Runner
+from tests.pg import new_schema
 from tests.servers import ServerProcess, free_port, process_state, start_jobwire
 
 pytestmark = pytest.mark.interop
@@ -49,8 +50,21 @@ def servers() -> Iterator[list[ServerProcess]]:
         server.kill()
 
 
-def start(servers: list[ServerProcess], db: Path, *args: str, http: bool = False) -> ServerProcess:
-    server = start_jobwire(args, store=f"sqlite:{db}", http=http)
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, db: Path) -> Iterator[str]:
+    """`--store` of a durable store: a SQLite file, or a PostgreSQL schema of the test's."""
+    if request.param == "sqlite":
+        yield f"sqlite:{db}"
+    else:
+        with new_schema() as schema:
+            yield schema.dsn
+
+
+def start(
+    servers: list[ServerProcess], store: Path | str, *args: str, http: bool = False
+) -> ServerProcess:
+    spec = f"sqlite:{store}" if isinstance(store, Path) else store
+    server = start_jobwire(args, store=spec, http=http)
     servers.append(server)
     return server
 
@@ -94,19 +108,29 @@ def show_jobs(server: ServerProcess) -> dict[str, int]:
 
 
 @pytest.mark.parametrize(
-    "options",
-    [(), ("--checkpoint-every", "1000")],
-    ids=["redo-log", "checkpoints"],  # the second checkpoints as often as it can
+    "setup",
+    ["sqlite-redo-log", "sqlite-checkpoints", "postgresql"],  # the second checkpoints often
 )
 def test_kill_9_during_pipelined_submits_loses_no_acknowledged_job(
-    db: Path, servers: list[ServerProcess], options: tuple[str, ...]
+    db: Path, servers: list[ServerProcess], setup: str
+) -> None:
+    if setup == "postgresql":
+        with new_schema() as schema:
+            kill_9_during_pipelined_submits(schema.dsn, db, servers, ())
+    else:
+        options = ("--checkpoint-every", "1000") if setup == "sqlite-checkpoints" else ()
+        kill_9_during_pipelined_submits(db, db, servers, options)
+
+
+def kill_9_during_pipelined_submits(
+    store: Path | str, db: Path, servers: list[ServerProcess], options: tuple[str, ...]
 ) -> None:
     # Up to `window` submissions are in flight; the kill comes once `kill_after` acks have
     # arrived (and, with checkpoints asked for, two have completed), so it lands mid-stream.
     # The client submits until the kill, whatever that takes: a checkpoint runs in a process
     # of its own, and how many jobs go by before two finish depends on the machine.
     limit, kill_after, window, chunk = 500_000, 2000, 1000, 100
-    server = start(servers, db, *options)
+    server = start(servers, store, *options)
     acked: list[str] = []
     acked_at_kill = -1
     progress = threading.Condition()
@@ -159,7 +183,7 @@ def test_kill_9_during_pipelined_submits_loses_no_acknowledged_job(
     assert acked_at_kill >= kill_after, "the server was not killed mid-stream"
     assert acked_at_kill <= len(acked) <= acked_at_kill + window + chunk
 
-    server = start(servers, db)
+    server = start(servers, store)
     new_handle = GearmanSocket(server).submit_bg(FUNCTION, "after restart")
     received = drain(server)
     handles = [handle for handle, _ in received]
@@ -183,10 +207,10 @@ def test_kill_9_during_pipelined_submits_loses_no_acknowledged_job(
 
 
 def test_job_active_at_the_crash_comes_back_with_its_attempt_counted(
-    db: Path, servers: list[ServerProcess]
+    store: str, servers: list[ServerProcess]
 ) -> None:
     # With a retry limit, JOB_ASSIGN is only sent once the lease (attempt 1) is on disk.
-    server = start(servers, db, "--job-retries", "5")
+    server = start(servers, store, "--job-retries", "5")
     with GearmanSocket(server) as client:
         active = client.submit_bg(FUNCTION, "was running")
         queued = client.submit_bg(FUNCTION, "was queued")
@@ -197,7 +221,7 @@ def test_job_active_at_the_crash_comes_back_with_its_attempt_counted(
     server.kill()
     worker.close()
 
-    server = start(servers, db)
+    server = start(servers, store)
     assert show_jobs(server) == {active: 1, queued: 0}
     assert status(server)[FUNCTION][:2] == (2, 0)
     assert drain(server) == [(active, b"was running"), (queued, b"was queued")]
@@ -220,11 +244,11 @@ def wait_until_idle(server: ServerProcess) -> None:
 
 @pytest.mark.parametrize("ending", ["SIGTERM", "SIGKILL"])
 def test_job_handles_are_never_reused_after_a_restart_with_nothing_to_replay(
-    db: Path, servers: list[ServerProcess], ending: str
+    store: str, servers: list[ServerProcess], ending: str
 ) -> None:
     """Promise: a job handle names one job for the life of the store, so a handle a client
     kept from before a restart never names a new job, even when every job had finished."""
-    server = start(servers, db, http=True)
+    server = start(servers, store, http=True)
     with GearmanSocket(server) as client:
         before = [client.submit_bg(FUNCTION, payload(i)) for i in range(5)]
     assert drain(server) == [(handle, payload(i)) for i, handle in enumerate(before)]
@@ -241,7 +265,7 @@ def test_job_handles_are_never_reused_after_a_restart_with_nothing_to_replay(
     else:
         server.kill()
 
-    server = start(servers, db)
+    server = start(servers, store)
     assert set(show_jobs(server)).isdisjoint(before)  # nothing of before was replayed
     with GearmanSocket(server) as client:
         after = [client.submit_bg(FUNCTION, payload(i)) for i in range(5)]
@@ -249,9 +273,9 @@ def test_job_handles_are_never_reused_after_a_restart_with_nothing_to_replay(
 
 
 def test_replay_keeps_order_priorities_and_scheduled_jobs(
-    db: Path, servers: list[ServerProcess]
+    store: str, servers: list[ServerProcess]
 ) -> None:
-    server = start(servers, db)
+    server = start(servers, store)
     later = str(int(time.time()) + 3600)
     with GearmanSocket(server) as client:
         for payload, priority in [
@@ -267,7 +291,7 @@ def test_replay_keeps_order_priorities_and_scheduled_jobs(
         unique = client.submit_bg(FUNCTION, "coalesced", unique="u-1")
     assert server.stop() == 0, server.log()  # a clean stop, this time
 
-    server = start(servers, db)
+    server = start(servers, store)
     with GearmanSocket(server) as client:
         # The unique key was replayed too: the same submit joins the stored job.
         assert client.submit_bg(FUNCTION, "coalesced", unique="u-1") == unique
