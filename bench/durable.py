@@ -11,6 +11,8 @@ Servers (each run starts a fresh one on an empty file):
   sqlite-off      jobwire --store sqlite:FILE --fsync off
   gearmand        gearmand (in memory, default threads)
   gearmand-sqlite gearmand -q libsqlite3 --libsqlite3-db FILE
+  postgresql      jobwire --store postgresql://... (a fresh schema per run in --pg's
+                  database; not in the default list: it needs the local PostgreSQL)
 
 Scenarios, with gearbench (/work/shared/bench/gearbench.c, built into bench/out/):
   enqueue  --clients C submit --jobs N background jobs, --pipeline D outstanding each, no
@@ -20,11 +22,17 @@ Rounds interleave the servers, so background load on a shared machine hits them 
 table shows the median and the best round. gearmand's sqlite queue is slow, so it runs
 --slow-jobs jobs. Replay: fill a jobwire sqlite file with --replay jobs through the server,
 stop it, start it again and read the replay time it logs. Not a test: nothing is asserted.
+
+For postgresql, each row also gives the database's cost per job over the run: commits
+(`xact_commit` of the database), WAL bytes (`pg_current_wal_lsn`, cluster-wide: other
+activity on the same PostgreSQL counts too) and the CPU seconds of the node's backends
+(from /proc, as the node's application_name finds them).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -52,7 +60,64 @@ SERVERS = {
     "sqlite-off": ["--store", "sqlite:{db}", "--fsync", "off"],
     "gearmand": [],
     "gearmand-sqlite": ["-q", "libsqlite3", "--libsqlite3-db", "{db}"],
+    "postgresql": ["--store", "{pg}"],
 }
+DEFAULT_SERVERS = [name for name in SERVERS if name != "postgresql"]
+#: The database the postgresql runs use (`--pg`); each run makes a schema there and drops it.
+PG = "postgresql://jobwire@127.0.0.1:5432/jobwire_test"
+APPLICATION = "jobwire_bench_node"
+
+
+class PgRun:
+    """A schema for one run, and what the database spent on it."""
+
+    def __init__(self, base: str) -> None:
+        import psycopg
+
+        self.base = base
+        self.schema = f"jobwire_bench_{os.getpid()}_{time.monotonic_ns()}"
+        self.admin = psycopg.connect(base, autocommit=True)
+        self.admin.execute(f"CREATE SCHEMA {self.schema}")
+        self.start = self.sample()
+
+    @property
+    def dsn(self) -> str:
+        options = f"options=-csearch_path%3D{self.schema}&application_name={APPLICATION}"
+        return f"{self.base}?{options}"
+
+    def sample(self) -> tuple[int, int]:
+        row = self.admin.execute(
+            "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, xact_commit FROM pg_stat_database"
+            " WHERE datname = current_database()"
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+    def costs(self, jobs: int) -> dict[str, float]:
+        """Per job since the start: WAL bytes, commits, CPU microseconds of the backends."""
+        wal, commits = self.sample()
+        pids = self.admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (APPLICATION,)
+        ).fetchall()
+        ticks = 0
+        for (pid,) in pids:
+            with contextlib.suppress(OSError):
+                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+                ticks += int(fields[11]) + int(fields[12])
+        seconds = ticks / os.sysconf("SC_CLK_TCK")
+        return {
+            "pg_wal_bytes_per_job": (wal - self.start[0]) / jobs,
+            # The sampling queries' own transactions are left out (two).
+            "pg_commits_per_job": (commits - self.start[1] - 2) / jobs,
+            "pg_cpu_us_per_job": seconds / jobs * 1e6,
+        }
+
+    def close(self) -> None:
+        self.admin.execute(f"DROP SCHEMA {self.schema} CASCADE")
+        self.admin.close()
+
+
+PG_RUN: PgRun | None = None
 
 
 def build_gearbench() -> Path:
@@ -73,7 +138,8 @@ def free_port() -> int:
 def server(name: str, workdir: Path, *extra: str) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
     """Start `name` on a free port with its files in `workdir`; stop it (SIGTERM) after."""
     port = free_port()
-    args = [arg.format(db=workdir / "jobs.db") for arg in SERVERS[name]]
+    pg = PG_RUN.dsn if PG_RUN is not None else ""
+    args = [arg.format(db=workdir / "jobs.db", pg=pg) for arg in SERVERS[name]]
     if name.startswith("gearmand"):
         gearmand = shutil.which("gearmand") or "/usr/sbin/gearmand"
         cmd = [gearmand, "-L", "127.0.0.1", "-p", str(port), "-l", "none", *args]
@@ -122,11 +188,20 @@ def throughput(args: argparse.Namespace, binary: Path) -> list[dict[str, Any]]:
             common += ["--pipeline", str(args.pipeline)]
             for mode in ("enqueue", "bg"):
                 extra = ["--workers", str(args.workers)] if mode == "bg" else []
-                with (
-                    tempfile.TemporaryDirectory(prefix="durable-", dir=args.tmp) as tmp,
-                    server(name, Path(tmp)) as (port, _),
-                ):
-                    result = gearbench(binary, port, "--mode", mode, *common, *extra)
+                global PG_RUN
+                PG_RUN = PgRun(args.pg) if name == "postgresql" else None
+                try:
+                    with (
+                        tempfile.TemporaryDirectory(prefix="durable-", dir=args.tmp) as tmp,
+                        server(name, Path(tmp)) as (port, _),
+                    ):
+                        result = gearbench(binary, port, "--mode", mode, *common, *extra)
+                        if PG_RUN is not None:
+                            result.update(PG_RUN.costs(jobs))
+                finally:
+                    if PG_RUN is not None:
+                        PG_RUN.close()
+                        PG_RUN = None
                 row = {"round": round_number, "server": name, "mode": mode, **result}
                 row["loadavg"] = os.getloadavg()[0]
                 print(json.dumps(row), flush=True)
@@ -145,6 +220,18 @@ def summarize(rows: list[dict[str, Any]]) -> None:
             f"{name:<16} {mode:<8} {statistics.median(rates):>10,.0f} {max(rates):>10,.0f}"
             f"  {len(rates)}"
         )
+    costs = [row for row in rows if "pg_cpu_us_per_job" in row and "failed" not in row]
+    for mode in ("enqueue", "bg"):
+        of_mode = [row for row in costs if row["mode"] == mode]
+        if of_mode:
+            print(
+                f"postgresql {mode}: per job (median of {len(of_mode)})"
+                + "".join(
+                    f", {key.removeprefix('pg_').removesuffix('_per_job')}"
+                    f" {statistics.median(row[key] for row in of_mode):.2f}"
+                    for key in ("pg_commits_per_job", "pg_wal_bytes_per_job", "pg_cpu_us_per_job")
+                )
+            )
 
 
 def replay(args: argparse.Namespace, binary: Path) -> None:
@@ -173,7 +260,8 @@ def replay(args: argparse.Namespace, binary: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--servers", default=",".join(SERVERS))
+    parser.add_argument("--servers", default=",".join(DEFAULT_SERVERS))
+    parser.add_argument("--pg", default=PG, help="database of the postgresql server's runs")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=200_000)
     parser.add_argument("--slow-jobs", type=int, default=20_000)

@@ -11,11 +11,13 @@ fast the server or the database is.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +25,7 @@ from tests.interop.gearman_raw import DEADLINE, Cmd, GearmanSocket, pack, wait_u
 from tests.interop.test_durability import drain, show_jobs
 from tests.ojs.dsl import Runner
 from tests.pg import Schema, new_schema
-from tests.servers import ServerProcess, free_port, start_jobwire
+from tests.servers import ServerProcess, free_port, start_jobwire, wait_for_port
 
 pytestmark = pytest.mark.interop
 
@@ -229,3 +231,23 @@ def test_a_schema_newer_than_this_jobwire_is_refused(schema: Schema) -> None:
     assert "schema version 99" in started.stderr, started.stderr
     status = jobwire("db", "migrate", store=schema.dsn)
     assert status.returncode != 0 and "schema version 99" in status.stderr
+
+
+def test_serve_takes_the_store_from_jobwire_store(schema: Schema, tmp_path: Path) -> None:
+    port = free_port()
+    cmd = [sys.executable, "-m", "jobwire", "serve", "--port", str(port), "--http-port", "0"]
+    env = {**os.environ, "JOBWIRE_STORE": schema.dsn}
+    with open(tmp_path / "server.log", "wb") as log:
+        proc = subprocess.Popen(
+            [*cmd, "--zmq-port", "0"], stdout=log, stderr=log, env=env, cwd=tmp_path
+        )
+    server = ServerProcess("jobwire", proc, port, tmp_path, None)
+    try:
+        wait_for_port(port, proc)
+        with GearmanSocket(server) as client:
+            client.submit_bg(FUNCTION, "from the environment")
+        status = json.loads(jobwire("db", "status", "--json", store=schema.dsn).stdout)
+        assert status["jobs"] == {"3": 1}
+        assert not (tmp_path / "jobwire-data").exists()  # not the default SQLite store
+    finally:
+        server.kill()
