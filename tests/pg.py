@@ -51,9 +51,11 @@ class Schema:
         return f"{_as_user(BASE, self.role)}?options=-csearch_path%3D{self.name}"
 
     def terminate(self) -> int:
-        """Kill every backend of this schema's role (`pg_terminate_backend`): how many."""
+        """Kill every backend of this schema's role (`pg_terminate_backend`), waiting until they
+        are gone: how many."""
         rows = admin(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = %s",
+            "SELECT count(pg_terminate_backend(pid, 10000)) FROM pg_stat_activity"
+            " WHERE usename = %s",
             self.role,
         )
         return int(rows[0][0])  # type: ignore[call-overload]

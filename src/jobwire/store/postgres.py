@@ -52,6 +52,9 @@ SCHEMA_VERSION = 1
 RECONNECT_MIN = 0.05
 RECONNECT_MAX = 2.0
 CONNECT_TIMEOUT = 5
+#: Seconds a commit may take before its connection is given up for a new one (a database
+#: that stopped answering without closing the connection).
+COMMIT_TIMEOUT = 30.0
 #: Seconds a starting node waits for the lock of a node that just ended.
 LOCK_WAIT = 3.0
 #: While commits keep failing, repeat the same error in the log at most this often (seconds).
@@ -449,9 +452,15 @@ class PostgresStore:
         self._new_rows = set()
         return rows, kv, created
 
-    def _hand_off(self) -> None:
-        """Send the batch, unless a commit is in flight (then it goes when that ends)."""
-        if self._in_flight or self._closed or not (self._changes or self._kv or self._created):
+    def _has_writes(self) -> bool:
+        return bool(self._changes or self._kv or self._created)
+
+    def _hand_off(self, carried: bool = False) -> None:
+        """Send the batch, unless a commit is in flight (then it goes when that ends); with
+        `carried`, also when only rows of failed batches wait."""
+        if self._in_flight or self._closed:
+            return
+        if not (self._has_writes() or (carried and (self._carried or self._kv_carried))):
             return
         try:
             rows, kv, created = self._take_batch()
@@ -485,10 +494,15 @@ class PostgresStore:
             conn = await self._connection()
             try:
                 self.round_trips += 1
-                await conn.execute(BATCH_SQL, parameters)
+                async with asyncio.timeout(COMMIT_TIMEOUT):
+                    await conn.execute(BATCH_SQL, parameters)
                 return
             except Exception as exc:
-                if not _is_disconnect(exc) and not conn.broken:
+                if (
+                    not _is_disconnect(exc)
+                    and not conn.broken
+                    and not isinstance(exc, TimeoutError)
+                ):
                     raise
                 self._drop_connection()
                 if attempt == 2:
@@ -579,11 +593,9 @@ class PostgresStore:
                 callback(ok)
             except Exception:
                 log.exception("after_commit callback failed")
-        if not self._closed and (self._changes or self._kv or self._created):
-            self._hand_off()
-        elif self._carried or self._kv_carried:
-            # Nothing new to send: the carried rows wait for the next write (or close).
-            pass
+        # The next batch goes at once; rows carried from a failed batch go with it, or
+        # alone once a commit succeeds again (PostgreSQL is back).
+        self._hand_off(carried=ok)
 
     def _note_result(self, error: str | None) -> None:
         if error is None:
@@ -606,38 +618,26 @@ class PostgresStore:
     # ------------------------------------------------------------------ shutdown
 
     async def drain(self) -> None:
-        """Commit everything pending (the server calls it before `close`)."""
-        for _ in range(3):  # carried rows get a last chance too
-            if self._task is not None:
-                await asyncio.shield(self._task)
-            if self._changes or self._kv or self._created or self._carried or self._kv_carried:
-                self._retry_at = 0.0
-                if not (self._changes or self._kv or self._created):
-                    self._created = []
-                    self._hand_off_carried()
-                else:
-                    self._hand_off()
-            if self._task is None:
+        """Commit everything pending, the rows carried from failed batches too (the server
+        calls it before `close`); after three failed attempts it leaves the rest (logged)."""
+        attempts = 0
+        while True:
+            task = self._task
+            if task is not None:
+                await asyncio.shield(task)
+                continue  # a finished commit may have sent the next batch
+            if attempts == 3 or not (self._has_writes() or self._carried or self._kv_carried):
                 return
-
-    def _hand_off_carried(self) -> None:
-        if self._in_flight or not (self._carried or self._kv_carried):
-            return
-        rows, kv, created = self._take_batch()
-        self._handed += 1
-        self._handed_at = self.write_count
-        self._in_flight = True
-        assert self._loop is not None
-        self._task = self._loop.create_task(self._commit(self._handed, rows, kv, created))
+            attempts += 1
+            self._retry_at = 0.0
+            self._hand_off(carried=True)
 
     def close(self) -> None:
         """Write what is pending (when no commit is in flight) and close the connections."""
         if self._closed:
             return
         ok = True
-        if self._task is None and (
-            self._changes or self._kv or self._created or self._carried or self._kv_carried
-        ):
+        if self._task is None and (self._has_writes() or self._carried or self._kv_carried):
             rows, kv, _created = self._take_batch()
             self._handed += 1
             try:

@@ -1,0 +1,128 @@
+"""What only the PostgreSQL store has: a connection that breaks, a database that goes away and
+comes back, the node's lock, and one statement per batch. Against the local PostgreSQL, in a
+schema and role of the test's own (tests/pg.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from jobwire.engine import Job
+from jobwire.store.postgres import PostgresStore
+from jobwire.store.sqlite import StoreError
+from tests.pg import Schema, pg_schema
+from tests.store.kinds import committed
+from tests.store.test_stores import make_job, run
+
+__all__ = ["pg_schema"]
+
+DEADLINE = 30.0
+
+
+def ids(schema: Schema) -> list[str]:
+    store = PostgresStore(schema.dsn)
+    try:
+        return [row.id for row in store.load()]
+    finally:
+        store.close()
+
+
+def test_a_batch_is_one_statement_whatever_its_size(pg_schema: Schema) -> None:
+    store = PostgresStore(pg_schema.dsn)
+
+    async def main() -> None:
+        for number in range(1, 1001):
+            store.job_saved(make_job(number))
+        store.kv_put("cron", "a", b"1")
+        assert await committed(store)
+
+    run(main)
+    assert (store.commits, store.round_trips) == (1, 1)
+    store.close()
+    assert len(ids(pg_schema)) == 1000
+
+
+def test_a_killed_backend_costs_a_retry_not_the_batch(pg_schema: Schema) -> None:
+    store = PostgresStore(pg_schema.dsn)
+
+    async def main() -> None:
+        store.job_saved(make_job(1))
+        assert await committed(store)
+        assert pg_schema.terminate() >= 1  # the writer's and the lock's backends
+        store.job_saved(make_job(2))
+        assert await committed(store)
+
+    run(main)
+    assert (store.commits, store.round_trips) == (2, 3)
+    store.close()
+    assert ids(pg_schema) == ["H:test:1", "H:test:2"]
+
+
+def test_while_away_new_jobs_fail_and_older_changes_reach_the_database_after(
+    pg_schema: Schema,
+) -> None:
+    store = PostgresStore(pg_schema.dsn)
+    retracted: list[Job] = []
+    store.on_failure(retracted.extend)
+    finished, refused = make_job(1), make_job(2)
+
+    async def main() -> Job:
+        store.job_saved(finished)
+        assert await committed(store)
+        pg_schema.go_away()
+        try:
+            store.job_saved(refused)
+            store.job_removed(finished)  # its removal fails with the batch: carried on
+            assert not await committed(store)
+            assert retracted == [refused]
+            assert store.last_error is not None
+        finally:
+            pg_schema.come_back()
+        end = time.monotonic() + DEADLINE
+        number = 3
+        while True:  # the next write after the back-off connects again
+            accepted = make_job(number)
+            store.job_saved(accepted)
+            if await committed(store):
+                return accepted
+            assert time.monotonic() < end, store.last_error
+            number += 1
+            await asyncio.sleep(0.05)
+
+    accepted = run(main)
+    assert store.last_error is None
+    store.close()
+    # The removal made while away is in; the refused jobs are not.
+    assert ids(pg_schema) == [accepted.id]
+
+
+def test_a_second_store_on_the_same_schema_is_refused(
+    pg_schema: Schema, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jobwire.store import postgres
+
+    monkeypatch.setattr(postgres, "LOCK_WAIT", 0.1)
+    first = PostgresStore(pg_schema.dsn)
+    try:
+        with pytest.raises(StoreError, match="in use by another jobwire node"):
+            PostgresStore(pg_schema.dsn)
+    finally:
+        first.close()
+    PostgresStore(pg_schema.dsn).close()  # free again
+
+
+def test_close_after_drain_writes_everything_pending(pg_schema: Schema) -> None:
+    store = PostgresStore(pg_schema.dsn)
+
+    async def main() -> None:
+        store.job_saved(make_job(1))
+        await asyncio.sleep(0)  # the batch is on its way
+        store.job_saved(make_job(2))  # waits for it
+        await store.drain()
+        assert not store.pending()
+
+    run(main)
+    store.close()
+    assert ids(pg_schema) == ["H:test:1", "H:test:2"]
