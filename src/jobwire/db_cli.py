@@ -16,7 +16,7 @@ _STORE = click.option(
 
 
 def _postgres(store: str) -> str:
-    from jobwire.store.postgres import is_postgres
+    from jobwire.store import is_postgres
 
     if not is_postgres(store):
         raise click.BadParameter("only a postgresql:// store has a schema", param_hint="--store")

@@ -43,11 +43,11 @@ class Kind:
             os.close(store._lock)
         elif isinstance(store, PostgresStore):
             store._closed = True
-            if store._task is not None:
-                store._task.cancel()
-            conn = store._conn
-            if conn is not None:
-                conn.pgconn.finish()
+            for _, _, task in store._flying.values():
+                task.cancel()
+            for conn in store._conns:
+                if conn is not None:
+                    conn.pgconn.finish()
             store._lock_conn.close()
 
     def loaded(self) -> list[StoredJob]:

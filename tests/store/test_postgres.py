@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
+import psycopg
 import pytest
 
 from jobwire.engine import Job
 from jobwire.store.postgres import PostgresStore
 from jobwire.store.sqlite import StoreError
-from tests.pg import Schema, pg_schema
+from tests.pg import ADMIN, Schema, pg_schema
 from tests.store.kinds import committed
 from tests.store.test_stores import make_job, run
 
@@ -126,3 +128,60 @@ def test_close_after_drain_writes_everything_pending(pg_schema: Schema) -> None:
     run(main)
     store.close()
     assert ids(pg_schema) == ["H:test:1", "H:test:2"]
+
+
+def test_two_batches_fly_at_once_unless_they_change_the_same_job(pg_schema: Schema) -> None:
+    store = PostgresStore(pg_schema.dsn)
+    first, second = make_job(1), make_job(2)
+
+    def waiting() -> int:
+        """Statements of the store blocked on the table lock below."""
+        rows = pg_schema.rows(
+            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+            f" WHERE NOT l.granted AND a.usename = '{pg_schema.role}'"
+        )
+        return int(rows[0][0])  # type: ignore[call-overload]
+
+    async def until(condition: Callable[[], bool]) -> None:
+        end = time.monotonic() + DEADLINE
+        while not condition():
+            assert time.monotonic() < end
+            await asyncio.sleep(0.01)
+
+    async def main() -> None:
+        with psycopg.connect(ADMIN) as holder:  # a transaction that keeps writers out
+            holder.execute(f"LOCK TABLE {pg_schema.name}.jobs IN SHARE MODE")
+            store.job_saved(first)
+            await until(lambda: waiting() == 1)  # batch 1 is in flight, blocked
+            first.attempts = 1
+            store.job_saved(first)  # the same job: must wait for batch 1
+            await asyncio.sleep(0)  # the loop turn ends
+            await asyncio.sleep(0)
+            assert len(store._flying) == 1 and store._changes
+            holder.rollback()  # batch 1 commits; then the next goes
+        assert await committed(store)
+        with psycopg.connect(ADMIN) as holder:
+            holder.execute(f"LOCK TABLE {pg_schema.name}.jobs IN SHARE MODE")
+            store.job_saved(second)
+            await until(lambda: waiting() == 1)
+            store.job_saved(make_job(3))  # another job: flies beside it
+            await until(lambda: waiting() == 2)
+            assert len(store._flying) == 2
+            later: list[bool] = []
+            store.after_commit(later.append)
+            holder.rollback()
+        assert await committed(store)
+        assert later == [True]
+
+    run(main)
+    store.close()
+    stored = PostgresStore(pg_schema.dsn)
+    try:
+        rows = list(stored.load())
+    finally:
+        stored.close()
+    assert [(row.id, row.attempts) for row in rows] == [
+        ("H:test:1", 1),
+        ("H:test:2", 0),
+        ("H:test:3", 0),
+    ]

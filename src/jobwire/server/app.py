@@ -22,7 +22,7 @@ from jobwire.server.ojs.edges import OJSAppRunner
 from jobwire.server.rota import RotaOptions, RotaService
 from jobwire.server.runtime import BUSY_POLL, Runtime
 from jobwire.server.zmq import ZmqOptions, ZmqServer
-from jobwire.store import DEFAULT_STORE
+from jobwire.store import DEFAULT_STORE, is_postgres
 from jobwire.store.base import MemoryStore
 
 log = logging.getLogger("jobwire")
@@ -61,9 +61,7 @@ def open_store(
     sqlite store's syncer."""
     if spec == "memory":
         return MemoryStore()
-    from jobwire.store.postgres import is_postgres
-
-    if is_postgres(spec):
+    if is_postgres(spec):  # psycopg is imported for this store only
         from jobwire.store.postgres import PostgresStore
         from jobwire.store.sqlite import StoreError as PostgresStoreError
 

@@ -10,8 +10,11 @@ job wins; a job created and removed within one batch writes nothing). At the end
 loop turn (or between two reads, for a large batch) the batch is turned into column arrays
 on the loop thread and sent as ONE statement (`BATCH_SQL`: data-modifying CTEs over
 `unnest` of the arrays, upserting changed jobs, deleting finished ones, writing key-value
-records) in autocommit: one round trip and one commit per batch, whatever its size. One
-commit is in flight at a time; the turns written meanwhile form the next batch.
+records) in autocommit: one round trip and one commit per batch, whatever its size. Up to
+`IN_FLIGHT` (2) batches are in flight at once, each on its own connection, so one is sent
+while the other waits for its WAL flush, and PostgreSQL can flush both at once; a batch that
+changes a job of a batch in flight waits for it, so the latest state always lands last; the
+turns written meanwhile join the next batch. Waiters hear of batches in order.
 
 Failures. Every row carries a job's whole state, so a batch can be sent again: when the
 connection breaks, the batch is retried once on a new connection (a killed backend,
@@ -52,6 +55,10 @@ SCHEMA_VERSION = 1
 RECONNECT_MIN = 0.05
 RECONNECT_MAX = 2.0
 CONNECT_TIMEOUT = 5
+#: Commits in flight at once, each on a connection of its own: while one waits for its WAL
+#: flush the next is sent, and PostgreSQL flushes both with one fsync when it can. Batches
+#: that change the same job never fly together (`PostgresStore._overlaps_a_commit`).
+IN_FLIGHT = 2
 #: Seconds a commit may take before its connection is given up for a new one (a database
 #: that stopped answering without closing the connection).
 COMMIT_TIMEOUT = 30.0
@@ -140,10 +147,6 @@ _NUMBERS_KEY = "numbers_reserved"
 Callback = Callable[[bool], None]
 #: A job's row as sent: the 14 columns in `_COLUMNS` order.
 Row = tuple[Any, ...]
-
-
-def is_postgres(spec: str) -> bool:
-    return spec.startswith(("postgresql://", "postgres://"))
 
 
 def _row(job: Job) -> Row:
@@ -288,7 +291,10 @@ class PostgresStore:
         except BaseException:
             self._lock_conn.close()
             raise
-        self._conn: psycopg.AsyncConnection[Any] | None = None
+        # The connections commits go on, one per commit in flight, made when first needed.
+        self._conns: list[psycopg.AsyncConnection[Any] | None] = [None] * IN_FLIGHT
+        self._free = list(range(IN_FLIGHT))  # the slots of `_conns` not in use
+        self._connecting = asyncio.Lock()
         self._retry_at = 0.0  # monotonic time of the next connection attempt
         self._retry_delay = RECONNECT_MIN
         # The current batch: jobs by row key (None: removed), new rows, key-value writes.
@@ -304,14 +310,15 @@ class PostgresStore:
         self._handed = 0  # number of the last batch handed off
         self._handed_at = 0  # `write_count` then
         self._done = 0  # number of the last batch whose commit finished
-        self._in_flight = False
+        # Batches in flight: their row keys, key-value names and task, by batch number.
+        self._flying: dict[int, tuple[set[int], set[tuple[str, str]], asyncio.Task[None]]] = {}
+        self._results: dict[int, bool] = {}  # finished before an earlier batch: ok, by number
         self._waiters: deque[tuple[int, Callback]] = deque()
         self._retract: RetractJobs | None = None
         self._failures = 0
         self._logged_at = 0.0
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
 
     def _take_lock(self, conn: psycopg.Connection[Any]) -> int:
         """Take the node's lock, waiting up to `LOCK_WAIT` seconds: the backend of a node
@@ -405,7 +412,7 @@ class PostgresStore:
     # ------------------------------------------------------------------ committer
 
     def pending(self) -> bool:
-        return bool(self._changes or self._kv) or self._handed > self._done
+        return self._has_writes() or self._handed > self._done
 
     def on_failure(self, retract: RetractJobs) -> None:
         self._retract = retract
@@ -414,7 +421,7 @@ class PostgresStore:
         """Commits report through the loop (the driver's socket); nothing to poll."""
 
     def after_commit(self, callback: Callback) -> None:
-        if self._changes or self._kv or self._created:
+        if self._has_writes():
             self._waiters.append((self._handed + 1, callback))
         elif self._handed > self._done:
             self._waiters.append((self._handed, callback))
@@ -422,7 +429,9 @@ class PostgresStore:
             callback(True)
 
     def commit_if_idle(self) -> None:
-        if not self._in_flight and self.write_count - self._handed_at >= EARLY_BATCH_WRITES:
+        """Between two reads, a large batch goes at once if no commit is in flight (as the
+        SQLite store sends one to an idle disk)."""
+        if not self._flying and self.write_count - self._handed_at >= EARLY_BATCH_WRITES:
             self._hand_off()
 
     def start(self) -> None:
@@ -439,12 +448,15 @@ class PostgresStore:
         self._scheduled = False
         self._hand_off()
 
+    def _has_writes(self) -> bool:
+        return bool(self._changes or self._kv or self._created)
+
     def _take_batch(self) -> tuple[dict[int, Row | None], KVChanges, list[Job]]:
         """The current batch as rows, under what failed batches left to carry."""
-        rows = self._carried
+        rows = dict(self._carried)
         for key, job in self._changes.items():
             rows[key] = None if job is None else _row(job)
-        kv = self._kv_carried
+        kv = dict(self._kv_carried)
         kv.update(self._kv)
         created = self._created
         self._carried, self._kv_carried = {}, {}
@@ -452,46 +464,64 @@ class PostgresStore:
         self._new_rows = set()
         return rows, kv, created
 
-    def _has_writes(self) -> bool:
-        return bool(self._changes or self._kv or self._created)
+    def _overlaps_a_commit(self) -> bool:
+        """Some row or record of the current batch is also in a commit in flight: the batch
+        must wait for it, or the older state could land last."""
+        for keys, names, _ in self._flying.values():
+            if not keys.isdisjoint(self._changes) or not keys.isdisjoint(self._carried):
+                return True
+            if not names.isdisjoint(self._kv) or not names.isdisjoint(self._kv_carried):
+                return True
+        return False
 
     def _hand_off(self, carried: bool = False) -> None:
-        """Send the batch, unless a commit is in flight (then it goes when that ends); with
-        `carried`, also when only rows of failed batches wait."""
-        if self._in_flight or self._closed:
+        """Send the batch on a free connection; with none free, or when it touches a job of a
+        commit in flight, it goes when a commit ends. With `carried`, also when only rows of
+        failed batches wait."""
+        if self._closed or not self._free:
             return
         if not (self._has_writes() or (carried and (self._carried or self._kv_carried))):
             return
-        try:
-            rows, kv, created = self._take_batch()
-        except Exception:  # a value that cannot be turned into a row: this batch fails
-            log.exception("store: cannot encode a batch")
-            self._handed += 1
-            self._finished(self._handed, {}, {}, self._created, "cannot encode the batch")
+        if self._flying and self._overlaps_a_commit():
             return
         self._handed += 1
+        number = self._handed
         self._handed_at = self.write_count
+        created = self._created
+        try:
+            rows, kv, created = self._take_batch()
+        except Exception as exc:  # a value that cannot be turned into a row: this batch fails
+            log.exception("store: cannot encode a batch")
+            self._changes, self._kv, self._created, self._new_rows = {}, {}, [], set()
+            self._finished(number, None, {}, {}, created, f"cannot encode the batch: {exc!r}")
+            return
         if kv:
             self._kv_written.update(kv)
-        self._in_flight = True
+        slot = self._free.pop()
         assert self._loop is not None
-        self._task = self._loop.create_task(self._commit(self._handed, rows, kv, created))
+        task = self._loop.create_task(self._commit(number, slot, rows, kv, created))
+        self._flying[number] = (set(rows), set(kv), task)
 
     async def _commit(
-        self, number: int, rows: dict[int, Row | None], kv: KVChanges, created: list[Job]
+        self,
+        number: int,
+        slot: int,
+        rows: dict[int, Row | None],
+        kv: KVChanges,
+        created: list[Job],
     ) -> None:
         error: str | None = None
         if rows or kv:
             try:
-                await self._execute(batch_parameters(rows, kv))
+                await self._execute(slot, batch_parameters(rows, kv))
             except Exception as exc:
                 error = _reason(exc)
-        self._finished(number, rows, kv, created, error)
+        self._finished(number, slot, rows, kv, created, error)
 
-    async def _execute(self, parameters: list[list[Any]]) -> None:
+    async def _execute(self, slot: int, parameters: list[list[Any]]) -> None:
         """One statement, on a new connection once more if the connection broke."""
         for attempt in (1, 2):
-            conn = await self._connection()
+            conn = await self._connection(slot)
             try:
                 self.round_trips += 1
                 async with asyncio.timeout(COMMIT_TIMEOUT):
@@ -504,33 +534,36 @@ class PostgresStore:
                     and not isinstance(exc, TimeoutError)
                 ):
                     raise
-                self._drop_connection()
+                self._drop_connection(slot)
                 if attempt == 2:
                     raise
 
-    async def _connection(self) -> psycopg.AsyncConnection[Any]:
-        conn = self._conn
+    async def _connection(self, slot: int) -> psycopg.AsyncConnection[Any]:
+        conn = self._conns[slot]
         if conn is not None and not conn.broken and not conn.closed:
             return conn
-        now = time.monotonic()
-        if now < self._retry_at:
-            raise StoreUnavailableError(f"PostgreSQL is away ({self.last_error})")
-        try:
-            conn = await psycopg.AsyncConnection.connect(
-                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, prepare_threshold=0
-            )
+        async with self._connecting:  # one at a time: each may take the node's lock
+            if time.monotonic() < self._retry_at:
+                raise StoreUnavailableError(f"PostgreSQL is away ({self.last_error})")
             try:
-                await self._check_lock(conn)
-            except BaseException:
-                await conn.close()
+                conn = await psycopg.AsyncConnection.connect(
+                    self.dsn,
+                    autocommit=True,
+                    connect_timeout=CONNECT_TIMEOUT,
+                    prepare_threshold=0,
+                )
+                try:
+                    await self._check_lock(conn)
+                except BaseException:
+                    await conn.close()
+                    raise
+            except Exception:
+                self._retry_at = time.monotonic() + self._retry_delay
+                self._retry_delay = min(self._retry_delay * 2, RECONNECT_MAX)
                 raise
-        except Exception:
-            self._retry_at = time.monotonic() + self._retry_delay
-            self._retry_delay = min(self._retry_delay * 2, RECONNECT_MAX)
-            raise
-        self._retry_delay = RECONNECT_MIN
-        self._conn = conn
-        return conn
+            self._retry_delay = RECONNECT_MIN
+            self._conns[slot] = conn
+            return conn
 
     async def _check_lock(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """The node's lock is still held by the connection that took it, or this one takes
@@ -550,30 +583,33 @@ class PostgresStore:
             raise StoreError("the store is in use by another jobwire node")
         self._holder = int(taken[1])
 
-    def _drop_connection(self) -> None:
-        conn, self._conn = self._conn, None
+    def _drop_connection(self, slot: int) -> None:
+        conn, self._conns[slot] = self._conns[slot], None
         if conn is not None and self._loop is not None:
             self._loop.create_task(_close_quietly(conn))
 
     def _finished(
         self,
         number: int,
+        slot: int | None,
         rows: dict[int, Row | None],
         kv: KVChanges,
         created: list[Job],
         error: str | None,
     ) -> None:
-        """On the loop: batch `number` is committed (error None) or failed."""
-        self._in_flight = False
-        self._task = None
+        """On the loop: batch `number` is committed (error None) or failed. Its new jobs
+        are retracted at once if it failed; its waiters hear of it once every batch before
+        it has finished too, in order."""
+        self._flying.pop(number, None)
+        if slot is not None:
+            self._free.append(slot)
         ok = error is None
-        self._done = number
         self._note_result(error)
         if ok:
             self.commits += 1
         else:
-            # The older jobs' rows go again with the next batch (newer changes win); the
-            # new jobs are retracted, and their removal is written then too.
+            # The older jobs' rows go again with a later batch (newer changes win); the new
+            # jobs are retracted, and their removal is written then too.
             new = {job.row for job in created}
             carried = {key: row for key, row in rows.items() if key not in new}
             carried.update(self._carried)
@@ -586,13 +622,18 @@ class PostgresStore:
                     self._retract(created)
                 except Exception:
                     log.exception("retracting the jobs of a failed batch failed")
+        results = self._results
+        results[number] = ok
         waiters = self._waiters
-        while waiters and waiters[0][0] <= number:
-            callback = waiters.popleft()[1]
-            try:
-                callback(ok)
-            except Exception:
-                log.exception("after_commit callback failed")
+        while self._done + 1 in results:
+            self._done += 1
+            reported = results.pop(self._done)
+            while waiters and waiters[0][0] <= self._done:
+                callback = waiters.popleft()[1]
+                try:
+                    callback(reported)
+                except Exception:
+                    log.exception("after_commit callback failed")
         # The next batch goes at once; rows carried from a failed batch go with it, or
         # alone once a commit succeeds again (PostgreSQL is back).
         self._hand_off(carried=ok)
@@ -622,9 +663,8 @@ class PostgresStore:
         calls it before `close`); after three failed attempts it leaves the rest (logged)."""
         attempts = 0
         while True:
-            task = self._task
-            if task is not None:
-                await asyncio.shield(task)
+            if self._flying:
+                await asyncio.wait([task for _, _, task in self._flying.values()])
                 continue  # a finished commit may have sent the next batch
             if attempts == 3 or not (self._has_writes() or self._carried or self._kv_carried):
                 return
@@ -637,7 +677,12 @@ class PostgresStore:
         if self._closed:
             return
         ok = True
-        if self._task is None and (self._has_writes() or self._carried or self._kv_carried):
+        if self._flying:
+            log.error("store: closed with commits in flight (call drain() first)")
+            for _, _, task in self._flying.values():
+                task.cancel()
+            ok = False
+        elif self._has_writes() or self._carried or self._kv_carried:
             rows, kv, _created = self._take_batch()
             self._handed += 1
             try:
@@ -646,10 +691,6 @@ class PostgresStore:
             except psycopg.Error as exc:
                 log.error("store: final commit failed: %s", _reason(exc))
                 ok = False
-        elif self._task is not None:
-            log.error("store: closed with a commit in flight (call drain() first)")
-            self._task.cancel()
-            ok = False
         self._closed = True
         self._done = self._handed
         waiters, self._waiters = self._waiters, deque()
@@ -658,9 +699,10 @@ class PostgresStore:
                 callback(ok)
             except Exception:
                 log.exception("after_commit callback failed")
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.pgconn.finish()
+        for slot, conn in enumerate(self._conns):
+            self._conns[slot] = None
+            if conn is not None:
+                conn.pgconn.finish()
         self._lock_conn.close()
 
 
