@@ -13,6 +13,7 @@ Servers (each run starts a fresh one on an empty file):
   gearmand-sqlite gearmand -q libsqlite3 --libsqlite3-db FILE
   postgresql      jobwire --store postgresql://... (a fresh schema per run in --pg's
                   database; not in the default list: it needs the local PostgreSQL)
+  postgresql-serial  the same with one commit in flight (JOBWIRE_PG_IN_FLIGHT=1), not two
 
 Scenarios, with gearbench (/work/shared/bench/gearbench.c, built into bench/out/):
   enqueue  --clients C submit --jobs N background jobs, --pipeline D outstanding each, no
@@ -61,8 +62,11 @@ SERVERS = {
     "gearmand": [],
     "gearmand-sqlite": ["-q", "libsqlite3", "--libsqlite3-db", "{db}"],
     "postgresql": ["--store", "{pg}"],
+    "postgresql-serial": ["--store", "{pg}"],
 }
-DEFAULT_SERVERS = [name for name in SERVERS if name != "postgresql"]
+#: Environment of a server: postgresql-serial keeps one commit in flight instead of two.
+SERVER_ENV = {"postgresql-serial": {"JOBWIRE_PG_IN_FLIGHT": "1"}}
+DEFAULT_SERVERS = [name for name in SERVERS if not name.startswith("postgresql")]
 #: The database the postgresql runs use (`--pg`); each run makes a schema there and drops it.
 PG = "postgresql://jobwire@127.0.0.1:5432/jobwire_test"
 APPLICATION = "jobwire_bench_node"
@@ -146,7 +150,8 @@ def server(name: str, workdir: Path, *extra: str) -> Iterator[tuple[int, subproc
     else:
         cmd = [*JOBWIRE, "--port", str(port), *args, *extra]
     with open(workdir / "server.log", "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+        env = {**os.environ, **SERVER_ENV.get(name, {})}
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env)
     try:
         deadline = time.monotonic() + 600
         while True:
@@ -189,7 +194,7 @@ def throughput(args: argparse.Namespace, binary: Path) -> list[dict[str, Any]]:
             for mode in ("enqueue", "bg"):
                 extra = ["--workers", str(args.workers)] if mode == "bg" else []
                 global PG_RUN
-                PG_RUN = PgRun(args.pg) if name == "postgresql" else None
+                PG_RUN = PgRun(args.pg) if name.startswith("postgresql") else None
                 try:
                     with (
                         tempfile.TemporaryDirectory(prefix="durable-", dir=args.tmp) as tmp,
@@ -221,11 +226,11 @@ def summarize(rows: list[dict[str, Any]]) -> None:
             f"  {len(rates)}"
         )
     costs = [row for row in rows if "pg_cpu_us_per_job" in row and "failed" not in row]
-    for mode in ("enqueue", "bg"):
-        of_mode = [row for row in costs if row["mode"] == mode]
+    for name, mode in sorted({(row["server"], row["mode"]) for row in costs}):
+        of_mode = [row for row in costs if (row["server"], row["mode"]) == (name, mode)]
         if of_mode:
             print(
-                f"postgresql {mode}: per job (median of {len(of_mode)})"
+                f"{name} {mode}: per job (median of {len(of_mode)})"
                 + "".join(
                     f", {key.removeprefix('pg_').removesuffix('_per_job')}"
                     f" {statistics.median(row[key] for row in of_mode):.2f}"

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -58,7 +59,7 @@ CONNECT_TIMEOUT = 5
 #: Commits in flight at once, each on a connection of its own: while one waits for its WAL
 #: flush the next is sent, and PostgreSQL flushes both with one fsync when it can. Batches
 #: that change the same job never fly together (`PostgresStore._overlaps_a_commit`).
-IN_FLIGHT = 2
+IN_FLIGHT = max(1, int(os.environ.get("JOBWIRE_PG_IN_FLIGHT", "2")))  # 1: bench/durable.py
 #: Seconds a commit may take before its connection is given up for a new one (a database
 #: that stopped answering without closing the connection).
 COMMIT_TIMEOUT = 30.0
