@@ -45,7 +45,9 @@ import psycopg
 
 from jobwire.engine.job import Job
 from jobwire.ports import RetractJobs, StoredJob
-from jobwire.store.frames import KVChanges
+
+# `_ext`: `Job.ext` encoded as the SQLite store encodes it.
+from jobwire.store.frames import KVChanges, _ext
 from jobwire.store.sqlite import EARLY_BATCH_WRITES, StoreError
 
 log = logging.getLogger("jobwire.store")
@@ -151,8 +153,6 @@ Row = tuple[Any, ...]
 
 
 def _row(job: Job) -> Row:
-    from jobwire.store.frames import _ext  # the SQLite store's encoding of `Job.ext`
-
     return (
         job.row,
         job.id,
