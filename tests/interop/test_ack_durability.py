@@ -1,5 +1,5 @@
 """Every listener's acknowledgement is durable: kill -9 right after it, restart on the same
-SQLite file, and the job (or its completion) is there.
+store (a SQLite file, a PostgreSQL schema), and the job (or its completion) is there.
 
 One test per listener and acknowledgement. Gearman's JOB_CREATED is covered in
 test_durability.py: `test_kill_9_during_pipelined_submits_loses_no_acknowledged_job` (every
@@ -17,6 +17,7 @@ did replay the file, so that "the job is not handed out again" cannot pass on an
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ import orjson
 import pytest
 
 from tests.ojs.dsl import Response, Runner
+from tests.pg import new_schema
 from tests.rota.support import DEADLINE, RawWorker, Rota, run
 from tests.servers import ServerProcess, start_jobwire
 
@@ -38,29 +40,40 @@ SPEC = {"name": "durable.rota", "version": 1}
 
 
 class Crashes:
-    """Servers on one SQLite file, started and killed in turn; each run logs in a directory
-    of its own so that the log of the run before a kill is kept."""
+    """Servers on one store (a SQLite file or a PostgreSQL schema), started and killed in
+    turn; each run logs in a directory of its own so that the log of the run before a kill
+    is kept."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, store: str | None = None) -> None:
         self.root = root
-        self.db = root / "data" / "jobs.db"
-        self.db.parent.mkdir(parents=True)
+        db = root / "data" / "jobs.db"
+        db.parent.mkdir(parents=True)
+        self.store = store or f"sqlite:{db}"
         self.started: list[ServerProcess] = []
 
     def start(self, *args: str) -> ServerProcess:
         workdir = self.root / f"run-{len(self.started)}"
         workdir.mkdir()
-        server = start_jobwire(args, store=f"sqlite:{self.db}", workdir=workdir, http=True)
+        if not self.store.startswith("sqlite:"):
+            # Rota's registered specs live beside a SQLite store; elsewhere, in a file named.
+            args = (*args, "--rota-spec-file", str(self.root / "rota-specs.json"))
+        server = start_jobwire(args, store=self.store, workdir=workdir, http=True)
         self.started.append(server)
         return server
 
 
-@pytest.fixture
-def crashes(tmp_path: Path) -> Iterator[Crashes]:
-    runs = Crashes(tmp_path)
-    yield runs
-    for server in runs.started:
-        server.kill()
+@pytest.fixture(params=["sqlite", "postgresql"])
+def crashes(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Crashes]:
+    with contextlib.ExitStack() as stack:
+        store = None
+        if request.param == "postgresql":
+            store = stack.enter_context(new_schema()).dsn
+        runs = Crashes(tmp_path, store)
+        try:
+            yield runs
+        finally:
+            for server in runs.started:
+                server.kill()
 
 
 def http(server: ServerProcess) -> Runner:
