@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import WSMsgType, web
 
 from jobwire.engine import Engine
-from jobwire.engine.errors import EngineError
+from jobwire.engine.errors import EngineError, JobNotHeld
 from jobwire.engine.job import Job
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
 from jobwire.protocols.ojs.times import format_time
@@ -447,15 +447,16 @@ class RotaConnection:
         self.request_work()
 
     def _held(self, session: WorkerSession, job_id: str, seq: int | None) -> Job | None:
-        job = session.jobs.get(job_id)
-        if job is None:
+        try:
+            return self.engine.held_job(session, job_id)
+        except JobNotHeld as exc:
             self._refuse(
                 ErrorCode.JOB_NOT_HELD,
-                f"job {job_id} is not held by this worker (finished, revoked or never assigned)",
+                f"job {job_id} is not held by this worker: it is {exc.holder}",
                 job_id,
                 seq,
             )
-        return job
+        return None
 
     def _status(self, session: WorkerSession, status: Status, seq: int | None) -> None:
         if status.cpu is not None:
