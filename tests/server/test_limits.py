@@ -19,9 +19,11 @@ import aiohttp
 import pytest
 
 from tests.interop.gearman_raw import RES, Cmd, GearmanSocket, admin, pack
+from tests.rota.support import Http, spec_ref
 from tests.servers import ServerProcess, start_jobwire
 
 DEADLINE = 30.0
+BIG = {"name": "big", "version": 1}
 
 
 @contextmanager
@@ -325,3 +327,57 @@ def test_a_gearman_client_that_does_not_read_is_closed_and_others_are_served(cap
             worker.send(Cmd.WORK_COMPLETE, handle, b"done")
             assert other.request(Cmd.ECHO_REQ, b"still", reply=Cmd.ECHO_RES).args == (b"still",)
         slow.close()
+
+
+def ws_frame(text: bytes) -> bytes:
+    """A client text frame (masked with a zero key, so the payload goes as is)."""
+    size = len(text)
+    head = bytes([0x81, 0x80 | size]) if size < 126 else bytes([0x81, 0xFE]) + size.to_bytes(2)
+    return head + b"\0\0\0\0" + text
+
+
+def test_a_websocket_worker_that_does_not_read_is_closed_and_its_jobs_requeued() -> None:
+    with serving("--max-output", str(1 << 20)) as server:
+        port = server.http_port
+        assert port is not None
+
+        async def setup() -> list[str]:
+            async with aiohttp.ClientSession() as session:
+                http = Http(session, server)
+                await http.register_spec(BIG)
+                return [await http.push("big", ["x" * 100_000]) for _ in range(40)]
+
+        jobs = asyncio.run(setup())
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(DEADLINE)
+        sock.connect(("127.0.0.1", port))
+        sock.sendall(
+            b"GET /work HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += sock.recv(1)
+        assert head.startswith(b"HTTP/1.1 101"), head
+        register = {"hostname": "h", "os": "Linux", "pid": 1, "specs": [spec_ref(BIG)]}
+        message = {"v": 1, "type": "heartbeat", "seq": 1, "register": register, "wants": 40}
+        sock.sendall(ws_frame(json.dumps(message).encode()))
+        # It never reads: 4 MB of assignments cannot all be written; past 1 MiB queued the
+        # server closes it and its jobs go back to the queue, for other workers.
+
+        def states() -> list[str]:
+            async def read() -> list[str]:
+                async with aiohttp.ClientSession() as session:
+                    http = Http(session, server)
+                    return [(await http.job(job))["state"] for job in jobs]
+
+            return asyncio.run(read())
+
+        # Reading now, it finds its assignments, then why it was closed, and the close (1008).
+        received = read_all(sock)
+        sock.close()
+        assert b'"type":"assignment"' in received
+        assert b'"code":"slow_reader"' in received, received[-300:]
+        assert received.endswith(b"\x88\x0d\x03\xf0slow_reader"), received[-200:]  # close 1008
+        poll(lambda: set(states()) == {"available"}, "the slow reader's jobs requeued")
