@@ -11,8 +11,10 @@ unloaded, once loaded with
   - `--slow` slow readers: clients that pipeline ECHO_REQ packets of 64 KiB and never read
     their replies (the server stops reading them once their output passes the transport's
     high-water mark, so they cannot make it buffer without bound),
-and runs the same gearbench scenarios against both: `fg` (16 clients x 16 pipelined, 32
-workers: throughput) and `fg-serial` (one job at a time: p50 round trip). The unloaded and
+and, once the slow readers can send no more (the kernel's buffers are full and the server
+stopped reading them), runs the same gearbench scenarios against both: `fg` (16 clients x 16
+pipelined, 32 workers: throughput) and `fg-serial` (one job at a time: p50 round trip). The
+unloaded and
 loaded runs alternate, so both see the same machine; the table gives every round's figures,
 the loaded/unloaded ratio of the medians, and the server's RSS: at start, with the load
 connected, and after the measured runs.
@@ -74,6 +76,7 @@ class Load:
     refused: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
     feeder: threading.Thread | None = None
+    sent: int = 0  # bytes the slow readers got the server to take
 
     def open(self, port: int, idle: int, slow: int) -> None:
         ping = packet(ECHO, b"x")
@@ -93,6 +96,20 @@ class Load:
             self.slow.append(sock)
         self.feeder = threading.Thread(target=self._feed, daemon=True)
         self.feeder.start()
+
+    def saturated(self, quiet: float = 2.0, limit: float = 120.0) -> float:
+        """Wait until the slow readers can send no more (every buffer between them and the
+        server is full and the server stopped reading them): the steady state the load
+        is about, not the seconds it takes to get there. Returns the seconds waited."""
+        start = time.monotonic()
+        last, since = -1, start
+        while time.monotonic() - start < limit:
+            if self.sent != last:
+                last, since = self.sent, time.monotonic()
+            elif time.monotonic() - since >= quiet:
+                break
+            time.sleep(0.1)
+        return time.monotonic() - start
 
     def _settle(self, batch: list[socket.socket]) -> None:
         for sock in batch:
@@ -114,7 +131,7 @@ class Load:
                 sock = key.fileobj
                 assert isinstance(sock, socket.socket)
                 try:
-                    sock.send(data)
+                    self.sent += sock.send(data)
                 except BlockingIOError:
                     pass
                 except OSError:  # closed by the server
@@ -152,6 +169,8 @@ class Run:
     idle: int = 0
     slow: int = 0
     refused: int = 0
+    waited: float = 0.0
+    slow_sent: int = 0
 
 
 def one_run(procs: Processes, gearbench: Path, loaded: bool, idle: int, slow: int) -> Run:
@@ -162,8 +181,9 @@ def one_run(procs: Processes, gearbench: Path, loaded: bool, idle: int, slow: in
         run.rss_start = rss_kib(server.pid)
         if loaded:
             load.open(server.port, idle, slow)
-            time.sleep(1.0)  # let the slow readers fill their buffers (not a measurement)
+            run.waited = load.saturated()
             run.idle, run.slow, run.refused = len(load.idle), len(load.slow), load.refused
+            run.slow_sent = load.sent
         run.rss_loaded = rss_kib(server.pid)
         for name, args in SCENARIOS.items():
             result = run_gearbench(
@@ -219,7 +239,8 @@ def main() -> int:
                     f"RSS start/loaded/end {run.rss_start // 1024}/{run.rss_loaded // 1024}/"
                     f"{run.rss_end // 1024} MiB"
                     + (
-                        f"; idle {run.idle} (refused {run.refused}), slow {run.slow}"
+                        f"; idle {run.idle} (refused {run.refused}), slow {run.slow} "
+                        f"(took {run.slow_sent / 1e6:.0f} MB in {run.waited:.0f}s, then none)"
                         if loaded
                         else ""
                     ),
