@@ -19,6 +19,8 @@ from jobwire.gearmand_compat import (
     set_file_descriptors,
     switch_user,
 )
+from jobwire.limits_cli import limit_options
+from jobwire.server.limits import Limits
 from jobwire.store import DEFAULT_STORE
 
 # The server stack (aiohttp, uvloop) is imported inside `serve`, so the client-side
@@ -417,9 +419,11 @@ def _setup_logging(log_file: str, verbose: str, syslog: bool = False) -> None:
 @click.option("--ssl-certificate", default=None, hidden=True)
 @click.option("--ssl-key", default=None, hidden=True)
 @click.option("--check-args", is_flag=True, hidden=True, help="Check the options and exit.")
+@limit_options
 @click.pass_context
 def serve(
     ctx: click.Context,
+    limits: Limits,
     listen: str,
     port: int,
     http_port: int,
@@ -564,6 +568,7 @@ def serve(
         backlog=backlog,
         busy_poll=busy_poll / 1e6,
         pid_file=pid_file,
+        limits=limits,
         on_ready=ready,
         engine=EngineConfig(
             job_retries=job_retries or None,

@@ -750,11 +750,24 @@ class Engine:
             self._journal.job_saved(job)
 
     def held_job(self, worker: WorkerSession, job_id: str) -> Job:
-        """The job `worker` holds under this id; raises JobNotHeld."""
+        """The job `worker` holds under this id: the one ownership check of every work
+        update (result, failure, progress, output, lease extension) from every listener.
+
+        Raises JobNotHeld, whose `holder` names the job's state when another worker holds it,
+        it went back to its queue or it finished: never the other worker's id. A refused
+        update changes nothing."""
         job = worker.jobs.get(job_id)
-        if job is None:
-            raise JobNotHeld("Job given in work result not found")
-        return job
+        if job is not None:
+            return job
+        other = self.jobs.get(job_id)
+        if other is None:
+            raise JobNotHeld(f"Job given in work result not found: no job {job_id}")
+        holder = "leased to another worker" if other.state is _ACTIVE else other.state.name.lower()
+        raise JobNotHeld(
+            f"Job given in work result not found: job {job_id} is {holder}, not held by this"
+            " worker",
+            holder,
+        )
 
     def _requeue(self, job: Job, reason: object, delay: float = 0.0) -> None:
         """An active job lost its worker or failed for now: run it again (after `delay`

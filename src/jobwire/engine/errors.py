@@ -10,7 +10,14 @@ class QueueFull(EngineError):
 
 
 class JobNotHeld(EngineError):
-    """A work update names a job the worker does not hold."""
+    """A work update names a job the worker does not hold.
+
+    `holder` says where the job is instead, never who holds it: "leased to another
+    worker", "available", "retryable", "completed", ..., or "unknown" (no such job)."""
+
+    def __init__(self, message: str, holder: str = "unknown") -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class UnknownJob(EngineError):

@@ -416,7 +416,8 @@ class OjsWorker(Lifecycle[OjsJob]):
             return
         job.reported = True
         error = {"code": "worker_shutdown", "message": "the worker stopped", "retryable": True}
-        self._report(job, "nack", {"job_id": job.id, "error": error, "requeue": True})
+        body = {"job_id": job.id, "worker_id": self.worker_id, "error": error, "requeue": True}
+        self._report(job, "nack", body)
 
     # ------------------------------------------------------------ HTTP
 
@@ -618,7 +619,7 @@ class OjsWorker(Lifecycle[OjsJob]):
                 "message": f"this worker has no task for {job.function!r}",
                 "retryable": True,
             }
-            return "nack", {"job_id": job.id, "error": error}
+            return "nack", {"job_id": job.id, "worker_id": self.worker_id, "error": error}
         timeout = task.timeout
         if job.timeout is not None:
             timeout = job.timeout if timeout is None else min(timeout, job.timeout)
@@ -631,8 +632,12 @@ class OjsWorker(Lifecycle[OjsJob]):
         except BaseException as exc:  # even SystemExit from a task must not end the worker
             if not timer.expired() and not isinstance(exc, Retry):
                 log.exception("job %s (%s) raised", job.id, job.function)
-            return "nack", {"job_id": job.id, "error": error_of(exc, timed_out=timer.expired())}
-        return "ack", {"job_id": job.id, "result": value}
+            return "nack", {
+                "job_id": job.id,
+                "worker_id": self.worker_id,
+                "error": error_of(exc, timed_out=timer.expired()),
+            }
+        return "ack", {"job_id": job.id, "worker_id": self.worker_id, "result": value}
 
     def _report(self, job: OjsJob, kind: str, body: dict[str, Any]) -> asyncio.Task[None]:
         report = asyncio.create_task(self._deliver(job, kind, body), name=f"{kind} {job.id}")

@@ -17,8 +17,10 @@ from aiohttp import web
 from jobwire.engine import Engine, EngineConfig
 from jobwire.ports import Store
 from jobwire.server.gearman import GearmanOptions, GearmanServer
+from jobwire.server.limits import ConnectionTable, Limits
 from jobwire.server.ojs.app import OJSOptions, OJSService
 from jobwire.server.ojs.edges import OJSAppRunner
+from jobwire.server.ojs.http import BODY_TIMEOUT
 from jobwire.server.rota import RotaOptions, RotaService
 from jobwire.server.runtime import BUSY_POLL, Runtime
 from jobwire.server.zmq import ZmqOptions, ZmqServer
@@ -50,6 +52,8 @@ class ServerConfig:
     bstar_local: str = ""
     bstar_remote: str = ""
     bstar_heartbeat: float = 1.0
+    #: Connection and request bounds (server/limits.py, README "Limits").
+    limits: Limits = field(default_factory=Limits)
     #: Called once every listener is up (`serve --daemon` lets its starter exit then).
     on_ready: Callable[[], None] | None = None
 
@@ -101,8 +105,20 @@ async def serve_http(ojs: OJSService, rota: RotaService, host: str, port: int) -
     """One HTTP listener for the OJS binding and the Rota `/work` WebSocket."""
     app = ojs.app()
     rota.install(app)
+    table = ojs.runtime.connections
+    limits = table.limits
+    app[BODY_TIMEOUT] = limits.http_body_timeout
     # Malformed HTTP that aiohttp's parser refuses is answered with an OJS error body too.
-    runner = OJSAppRunner(app, access_log=None, handle_signals=False)
+    runner = OJSAppRunner(
+        app,
+        connections=table,
+        header_timeout=limits.http_header_timeout,
+        access_log=None,
+        handle_signals=False,
+        max_line_size=limits.http_max_header_size,
+        max_field_size=limits.http_max_header_size,
+        max_headers=limits.http_max_headers,
+    )
     await runner.setup()
     site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
     await site.start()
@@ -159,6 +175,7 @@ class Server:
             log.info("restored %d jobs from the store in %.2fs", restored, seconds)
         store.start()
         runtime = Runtime(engine, loop, config.busy_poll, store)
+        runtime.connections = ConnectionTable(config.limits)
         bstar = None
         if config.bstar:
             from jobwire.server.bstar import BinaryStarNode

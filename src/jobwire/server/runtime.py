@@ -33,6 +33,7 @@ from collections.abc import Callable
 
 from jobwire.engine import Engine, StoreUnavailable
 from jobwire.ports import Committer
+from jobwire.server.limits import ConnectionTable
 from jobwire.store.base import MemoryStore
 
 log = logging.getLogger("jobwire")
@@ -72,6 +73,8 @@ class Runtime:
         #: the refusals that tell clients why; None: not one of a pair.
         self.role: Callable[[], str | None] = lambda: None
         self.busy_poll = busy_poll  # seconds; 0: block in the poller as soon as idle
+        #: Open connections of the TCP listeners and their bounds (`server/limits.py`).
+        self.connections = ConnectionTable()
         self._polling = False  # a `_poll_on` callback is queued
         self._read_since = False  # a read happened since `_poll_on` last ran
         self._poll_until = 0.0  # the `monotonic()` time at which polling stops

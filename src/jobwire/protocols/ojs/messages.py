@@ -228,6 +228,8 @@ JobId = Annotated[str, Meta(min_length=1)]
 
 class Ack(Struct, kw_only=True):
     job_id: JobId
+    #: The worker acking: when given, the job must be leased to it (else 409).
+    worker_id: Name | None = None
     result: Any = None
 
 
@@ -241,6 +243,8 @@ class NackError(Struct, kw_only=True):
 
 class Nack(Struct, kw_only=True):
     job_id: JobId
+    #: The worker nacking: when given, the job must be leased to it (else 409).
+    worker_id: Name | None = None
     error: NackError | None = None
     requeue: bool = False
 
@@ -277,6 +281,8 @@ class Progress(Struct, kw_only=True):
 
     progress: Annotated[float, Meta(ge=-1e12, le=1e12)]
     message: Annotated[str, Meta(max_length=limits.MAX_MESSAGE)] | None = None
+    #: The worker reporting: when given, the job must be leased to it (else 409).
+    worker_id: Annotated[str, Meta(min_length=1, max_length=limits.MAX_NAME)] | None = None
 
 
 class Backpressure(Struct, kw_only=True):

@@ -37,6 +37,7 @@ class ErrorCode(StrEnum):
     LOGS_NOT_REQUESTED = "logs_not_requested"  # logs for a job whose assignment said logs=false
     HEARTBEAT_TIMEOUT = "heartbeat_timeout"  # silent for longer than the server's timeout
     SLOW_READER = "slow_reader"  # the worker does not read what the server sends
+    RATE_LIMITED = "rate_limited"  # more messages per second than the server allows
     STORE_UNAVAILABLE = "store_unavailable"  # results could not be made durable: not acked
     INTERNAL_ERROR = "internal_error"
 
@@ -51,6 +52,7 @@ FATAL: dict[ErrorCode, CloseCode] = {
     ErrorCode.NOT_REGISTERED: CloseCode.POLICY_VIOLATION,
     ErrorCode.HEARTBEAT_TIMEOUT: CloseCode.POLICY_VIOLATION,
     ErrorCode.SLOW_READER: CloseCode.POLICY_VIOLATION,
+    ErrorCode.RATE_LIMITED: CloseCode.POLICY_VIOLATION,
     ErrorCode.INTERNAL_ERROR: CloseCode.INTERNAL_ERROR,
 }
 

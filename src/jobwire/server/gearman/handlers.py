@@ -40,6 +40,7 @@ from jobwire.protocols.gearman.replies import (
     work_result,
     work_status,
 )
+from jobwire.protocols.gearman.replies import error as error_reply
 from jobwire.protocols.gearman.replies import work_fail as work_fail_reply
 from jobwire.protocols.gearman.scanner import MAX_UNIQUE, handle_number
 from jobwire.protocols.gearman.schedule import next_run, parse_field
@@ -113,7 +114,26 @@ class GearmanConnection(Transport):
             self.closing = True
             transport.close()
             return
+        table = runtime.connections
+        refused = table.admit(self.peer_ip)
+        if refused is not None:
+            # Over a connection bound (server/limits.py): told why, then closed.
+            log.warning("refused a connection from %s: %s", self.peer_ip, refused)
+            self.closing = True
+            self._write(error_reply("SERVER_BUSY", refused))
+            transport.close()
+            return
+        self.admitted = True
+        self.idle = table.guard(runtime.loop, self.idle_timeout)
         self.conn_id = self.server.connection_made(self)
+
+    def idle_timeout(self) -> None:
+        """Silent (or unauthenticated) for the idle timeout: told, then closed."""
+        self.idle = None
+        if not self.closing:
+            log.info("closing %s: it sent nothing within the idle timeout", self.peer_ip)
+            self.error("IDLE_TIMEOUT", "nothing received within the idle timeout")
+            self.close_after_flush()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True

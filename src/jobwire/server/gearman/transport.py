@@ -13,20 +13,18 @@ import asyncio
 import logging
 import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, cast
+from typing import TYPE_CHECKING, cast
 
 from jobwire.engine import Engine
 from jobwire.protocols.gearman.replies import error
 from jobwire.protocols.gearman.scanner import Scanner, Sink
 from jobwire.server.gearman.acks import Acks
+from jobwire.server.limits import IdleGuard
 
 if TYPE_CHECKING:
     from jobwire.server.gearman.server import GearmanOptions, GearmanServer
 
 log = logging.getLogger("jobwire.gearman")
-
-#: Output a peer leaves unread beyond this is a peer we stop serving.
-MAX_PENDING_OUTPUT: Final = 256 * 1024 * 1024
 
 
 def _closed() -> bool:
@@ -68,6 +66,12 @@ class Transport(Sink, asyncio.Protocol):
         self.reading = False
         #: The time of this read's submits: read once, at the first (0: not yet).
         self.now = 0.0
+        #: Output a peer leaves unread beyond this is a peer we stop serving (`--max-output`).
+        self.max_output = server.runtime.connections.limits.max_output or (1 << 62)
+        #: Closes the connection if it stays silent (unauthenticated) too long; None once
+        #: it spoke (or idle connections may stay).
+        self.idle: IdleGuard | None = None
+        self.admitted = False  # counted in the runtime's connection table
 
     # ------------------------------------------------------------ transport events
 
@@ -92,6 +96,9 @@ class Transport(Sink, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:  # refused, or closing after a fatal error: nothing more is read
             return
+        if self.idle is not None and self.server.runtime.connections.settle_on_data:
+            self.idle.settle()
+            self.idle = None
         self.server.runtime.note_read()
         acks = self.acks
         count_before = acks.count
@@ -137,6 +144,12 @@ class Transport(Sink, asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
+        if self.idle is not None:
+            self.idle.settle()
+            self.idle = None
+        if self.admitted:
+            self.admitted = False
+            self.server.runtime.connections.release(self.peer_ip)
         self.sent += len(self.out)
         self.out.clear()
         # The bound methods hold the transport, which holds this protocol.
@@ -204,8 +217,11 @@ class Transport(Sink, asyncio.Protocol):
             return
         if self.closing and not acks.holds:
             transport.close()
-        elif self.write_paused and transport.get_write_buffer_size() > MAX_PENDING_OUTPUT:
-            log.warning("closing %s: it does not read its replies", self.peer_ip)
+        elif self.write_paused and transport.get_write_buffer_size() > self.max_output:
+            log.warning(
+                "closing %s: it left over %d bytes of replies unread", self.peer_ip, self.max_output
+            )
+            self.closing = True
             transport.abort()
 
     def error(self, code: str, text: str) -> None:

@@ -17,9 +17,10 @@ OJS error body even for requests aiohttp's parser refuses.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -29,6 +30,7 @@ from aiohttp.web_request import BaseRequest
 from jobwire.protocols.ojs.errors import OJSError, error_body
 from jobwire.protocols.ojs.ids import uuid7
 from jobwire.protocols.ojs.messages import SPEC_VERSION
+from jobwire.server.limits import ConnectionTable, IdleGuard
 from jobwire.server.ojs.http import http_error_code, reply
 
 log = logging.getLogger("jobwire.ojs")
@@ -108,8 +110,113 @@ class Cors:
             response.headers["Vary"] = "Origin"
 
 
+def _raw_error(status: int, reason: str, code: str, message: str) -> bytes:
+    """A complete HTTP/1.1 error reply with an OJS error body, for a connection refused or
+    timed out before aiohttp has a request to answer."""
+    request_id = f"req_{uuid7()}"
+    error = OJSError(code, message, status=status, retryable=True)
+    body = reply(error_body(error, request_id), status).body
+    assert isinstance(body, bytes)
+    head = (
+        f"HTTP/1.1 {status} {reason}\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n"
+        f"OJS-Version: {SPEC_VERSION}\r\nX-Request-Id: {request_id}\r\n"
+        + ("Retry-After: 1\r\n" if status == 503 else "")
+        + "Connection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
 class OJSRequestHandler(RequestHandler):
-    """aiohttp's connection handler, answering what its parser refuses with an OJS body."""
+    """aiohttp's connection handler, answering what its parser refuses with an OJS body,
+    and holding the connection bounds (server/limits.py): admission in total and per
+    address, the idle timeout, and the time a request's header may take to arrive.
+
+    aiohttp has no header read timeout; this one watches its parser's progress through its
+    handler's fields (`_request_count`, `_messages`, `_current_request`, `_upgraded`),
+    which tests/server/test_limits.py keeps honest."""
+
+    jobwire_table: ConnectionTable | None = None
+    header_timeout: float = 0.0
+    _address = ""
+    _idle: IdleGuard | None = None
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        table = self.jobwire_table
+        if table is None:
+            return
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else "-"
+        refused = table.admit(address)
+        if refused is not None:
+            log.warning("refused an HTTP connection from %s: %s", address, refused)
+            # uvloop's transports implement asyncio.Transport without subclassing it.
+            writer = cast(asyncio.Transport, transport)
+            writer.write(_raw_error(503, "Service Unavailable", "unavailable", refused))
+            self.force_close()
+            return
+        self._address = address
+        self._idle = table.guard(self._loop, self._idle_expired)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._idle is not None:
+            self._idle.settle()
+            self._idle = None
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+        if self._address and self.jobwire_table is not None:
+            self.jobwire_table.release(self._address)
+            self._address = ""
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        idle, table = self._idle, self.jobwire_table
+        if idle is not None and table is not None and table.settle_on_data:
+            idle.settle()
+            self._idle = None
+        count = self._request_count
+        super().data_received(data)
+        if self._request_count != count or self._upgraded:
+            if self._header_timer is not None:  # the header is complete
+                self._header_timer.cancel()
+                self._header_timer = None
+        elif (
+            self._header_timer is None
+            and self.header_timeout > 0
+            and self._between_requests()
+            and not self._force_close
+        ):
+            # The first bytes of a request's header: all of it must come in time.
+            self._header_timer = self._loop.call_later(self.header_timeout, self._header_late)
+
+    def _between_requests(self) -> bool:
+        return self._current_request is None and not self._messages and not self._upgraded
+
+    def _header_late(self) -> None:
+        self._header_timer = None
+        if self._between_requests() and self.transport is not None:
+            log.info("closing an HTTP connection from %s: header too slow", self._address)
+            message = f"request header not received within {self.header_timeout:g}s"
+            self.transport.write(_raw_error(408, "Request Timeout", "request_timeout", message))
+            self.force_close()
+
+    def _idle_expired(self) -> None:
+        self._idle = None
+        if self.transport is not None and not self._force_close:
+            log.info("closing an HTTP connection from %s: idle", self._address)
+            message = "nothing received within the idle timeout"
+            self.transport.write(_raw_error(408, "Request Timeout", "request_timeout", message))
+            self.force_close()
+
+    def settle(self) -> None:
+        """The connection authenticated (part A's hook): the idle timeout no longer applies."""
+        if self._idle is not None:
+            self._idle.settle()
+            self._idle = None
 
     def handle_error(
         self,
@@ -135,15 +242,37 @@ class OJSRequestHandler(RequestHandler):
 
 
 class _OJSServer(web.Server):
+    jobwire_table: ConnectionTable | None = None
+    header_timeout = 0.0
+
     def __call__(self) -> RequestHandler:
         kwargs: dict[str, Any] = self._kwargs
-        return OJSRequestHandler(self, loop=self._loop, **kwargs)
+        handler = OJSRequestHandler(self, loop=self._loop, **kwargs)
+        handler.jobwire_table = self.jobwire_table
+        handler.header_timeout = self.header_timeout
+        return handler
 
 
 class OJSAppRunner(web.AppRunner):
-    """An AppRunner whose connections answer malformed HTTP with an OJS error body."""
+    """An AppRunner whose connections answer malformed HTTP with an OJS error body and keep
+    the connection bounds of `connections` (None: unbounded)."""
+
+    def __init__(
+        self,
+        app: web.Application,
+        *,
+        connections: ConnectionTable | None = None,
+        header_timeout: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(app, **kwargs)
+        self._connections = connections
+        self._header_timeout = header_timeout
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         server.__class__ = _OJSServer
+        assert isinstance(server, _OJSServer)
+        server.jobwire_table = self._connections
+        server.header_timeout = self._header_timeout
         return server

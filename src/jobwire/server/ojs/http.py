@@ -3,6 +3,7 @@ parsing. Every failure leaves as an OJS error body; nothing here knows the engin
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -67,9 +68,30 @@ _DIGITS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
 _LONG_RUN = b"0" * 19
 
 
+#: Seconds a request's body may take to arrive (`--http-body-timeout`); 0: no bound.
+BODY_TIMEOUT = web.AppKey("body_timeout", float)
+
+
+async def read_body(request: web.Request, up_to: int | None = None) -> bytes:
+    """The request's body (its first `up_to` bytes), within the body read timeout: a client
+    that sends it too slowly gets 408 and its connection is closed after the reply."""
+    timeout = request.config_dict.get(BODY_TIMEOUT, 0.0)
+    read = request.read() if up_to is None else request.content.read(up_to)
+    if not timeout:
+        return await read
+    try:
+        async with asyncio.timeout(timeout):
+            return await read
+    except TimeoutError:
+        request.protocol.keep_alive(False)
+        raise OJSError(
+            "request_timeout", f"request body not received within {timeout:g}s", status=408
+        ) from None
+
+
 async def read_json(request: web.Request, *, required: bool = True) -> Any:
     """The body as JSON; integers are exact (never floats), and refused outside 64 bits."""
-    raw = await request.read()
+    raw = await read_body(request)
     return decode_json(raw, required=required)
 
 

@@ -19,6 +19,7 @@ from jobwire.protocols.ojs.errors import OJSError
 from jobwire.protocols.ojs.messages import Progress, convert
 from jobwire.protocols.ojs.times import format_time
 from jobwire.server.ojs.http import BASE, read_object, reply
+from jobwire.server.ojs.ownership import check_holder
 
 if TYPE_CHECKING:
     from jobwire.server.ojs.app import OJSService
@@ -34,6 +35,8 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
                 f"job {job.id} is {job.state.name.lower()}: progress is reported while it runs",
                 status=409,
             )
+        if update.worker_id is not None:
+            check_holder(service, job, update.worker_id)
         record = {
             "progress": min(1.0, max(0.0, float(update.progress))),
             "message": update.message,

@@ -43,6 +43,7 @@ from jobwire.server.ojs.http import (
     reply,
     str_field,
 )
+from jobwire.server.ojs.ownership import check_holder
 from jobwire.server.ojs.render import job_json
 
 if TYPE_CHECKING:
@@ -261,8 +262,14 @@ class WorkerRoutes:
     # ------------------------------------------------------------------ ack / nack
 
     def _active_job(self, body: dict[str, Any]) -> Job:
+        """The job an ack or nack names. With a `worker_id` (the SDK always sends one) the
+        job must be leased to that worker: otherwise 409 naming where the job is (another
+        worker's lease, back in its queue, finished), never the other worker's id."""
         job = self.service.job(str_field(body, "job_id"))
-        if job.state is not JobState.ACTIVE:
+        worker_id = optional_str(body, "worker_id")
+        if worker_id is not None:
+            check_holder(self.service, job, worker_id)
+        elif job.state is not JobState.ACTIVE:
             raise OJSError(
                 "conflict", f"job {job.id} is {job.state.name.lower()}, not active", status=409
             )
@@ -385,8 +392,13 @@ class WorkerRoutes:
             session.info[DRAINING] = True
         directive = max(rank(body.get("state")), rank("quiet") if draining else 0)
         default = self.service.options.visibility_timeout
+        not_held: list[dict[str, str]] = []
         for job_id in ids:
             job = self.engine.jobs.get(job_id)
+            if job is not None and job.worker is not None and job.worker is not session:
+                # Another worker's lease: not extended (the heartbeat's other jobs are).
+                not_held.append({"job_id": job_id, "state": "leased to another worker"})
+                continue
             if job is not None and job.state is JobState.ACTIVE:
                 timeout = visibility / 1000 if visibility else job.lease_timeout or default
                 self.engine.extend_lease(job, timeout)
@@ -411,6 +423,7 @@ class WorkerRoutes:
                 "state": session.state.value,
                 "draining": bool(session.info.get(DRAINING)),
                 "jobs_extended": extended,
+                "jobs_not_held": not_held,
                 "server_time": format_time(time.time()),
                 "heartbeat_interval_ms": int(self.service.options.heartbeat_interval * 1000),
                 "visibility_timeout": int(visibility / 1000 if visibility else default),

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import WSMsgType, web
 
 from jobwire.engine import Engine
-from jobwire.engine.errors import EngineError
+from jobwire.engine.errors import EngineError, JobNotHeld
 from jobwire.engine.job import Job
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
 from jobwire.protocols.ojs.times import format_time
@@ -64,6 +64,7 @@ from jobwire.protocols.rota import (
     decode_worker_message,
     encode,
 )
+from jobwire.server.limits import MessageRate
 from jobwire.server.rota.render import job_copy, wants_logs
 
 if TYPE_CHECKING:
@@ -98,6 +99,10 @@ def extend_leases(engine: Engine, session: WorkerSession) -> None:
             engine.extend_lease(job, timeout)
 
 
+#: The frames the message rate counts (not the close handshake, not errors).
+_COUNTED = (WSMsgType.TEXT, WSMsgType.BINARY)
+
+
 class RotaConnection:
     def __init__(self, service: RotaService, ws: web.WebSocketResponse[Any], request: web.Request):
         self.service = service
@@ -126,6 +131,12 @@ class RotaConnection:
         self._beat: asyncio.TimerHandle | None = None
         self._ending = False  # terminating: the close is scheduled
         self._abort: asyncio.TimerHandle | None = None
+        limits = self.runtime.connections.limits
+        #: Bytes queued for the worker and not yet written (server/limits.py's max_output).
+        self._queued = 0
+        self._max_queued = limits.max_output or (1 << 62)
+        #: Messages per second this worker may send (None: no bound).
+        self._rate = MessageRate(limits.ws_rate, self._heard) if limits.ws_rate else None
 
     @property
     def name(self) -> str:
@@ -140,6 +151,15 @@ class RotaConnection:
         try:
             while not self.closing:
                 msg = await self.ws.receive()
+                rate = self._rate
+                if rate is not None and msg.type in _COUNTED and not rate.allow(self.loop.time()):
+                    self.fatal(
+                        RotaError(
+                            ErrorCode.RATE_LIMITED,
+                            f"more than {int(rate.rate)} messages per second",
+                        )
+                    )
+                    break
                 if msg.type is WSMsgType.TEXT:
                     self.service.runtime.note_read()
                     self._on_frame(msg.data)
@@ -176,6 +196,7 @@ class RotaConnection:
                     return
                 if not ws.closed:
                     await ws.send_frame(item, WSMsgType.TEXT)
+                self._queued -= len(item)
             except Exception as exc:  # the peer is gone; run() notices through receive()
                 log.debug("%s: write failed: %r", self.name, exc)
                 if isinstance(item, _Close):
@@ -183,12 +204,17 @@ class RotaConnection:
 
     def _put(self, item: bytes | _Close) -> None:
         self._said = self.loop.time()
+        if not isinstance(item, _Close):
+            self._queued += len(item)
         self._outbox.put_nowait(item)
 
     def send(self, message: ServerMessage) -> None:
         if self.closing:
             return
-        if self._outbox.qsize() + len(self._waiting) >= self.options.max_outbox:
+        if (
+            self._outbox.qsize() + len(self._waiting) >= self.options.max_outbox
+            or self._queued > self._max_queued
+        ):
             self.fatal(RotaError(ErrorCode.SLOW_READER, "the worker does not read what it is sent"))
             return
         if self._holds:  # behind a message that waits for a commit
@@ -447,15 +473,16 @@ class RotaConnection:
         self.request_work()
 
     def _held(self, session: WorkerSession, job_id: str, seq: int | None) -> Job | None:
-        job = session.jobs.get(job_id)
-        if job is None:
+        try:
+            return self.engine.held_job(session, job_id)
+        except JobNotHeld as exc:
             self._refuse(
                 ErrorCode.JOB_NOT_HELD,
-                f"job {job_id} is not held by this worker (finished, revoked or never assigned)",
+                f"job {job_id} is not held by this worker: it is {exc.holder}",
                 job_id,
                 seq,
             )
-        return job
+        return None
 
     def _status(self, session: WorkerSession, status: Status, seq: int | None) -> None:
         if status.cpu is not None:

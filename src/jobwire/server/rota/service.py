@@ -28,6 +28,7 @@ from jobwire.protocols.rota import (
     load_spec,
     schema,
 )
+from jobwire.server.ojs.http import read_body
 from jobwire.server.rota.connection import RotaConnection
 from jobwire.server.rota.journal import AlertStore, LogStore
 from jobwire.server.rota.registry import RegisteredSpec, SpecRegistry
@@ -150,7 +151,7 @@ class RotaService:
     # ---------------------------------------------------------------- specs
 
     async def register_spec(self, request: web.Request) -> web.Response:
-        raw = await request.content.read(MAX_SPEC_BODY + 1)
+        raw = await read_body(request, MAX_SPEC_BODY + 1)
         if len(raw) > MAX_SPEC_BODY:
             raise OJSError("payload_too_large", "a spec document is at most 1 MiB", status=413)
         try:

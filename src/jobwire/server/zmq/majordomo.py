@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from jobwire.engine import Dispatch, Engine, IllegalTransition, Job, JobState, Output
-from jobwire.engine.errors import QueueFull
+from jobwire.engine.errors import JobNotHeld, QueueFull
 from jobwire.engine.worker import WorkerSession
 from jobwire.protocols.zmq import mdp, services
 from jobwire.protocols.zmq.frames import FRAME_SIZES, RESULT_FRAME_SIZES, join, split
@@ -255,8 +255,12 @@ class MajordomoBroker:
             self.send(identity, mdp.disconnect(message.version))
             return
         self._alive(worker)
-        job = worker.session.jobs.get(decode_name(message.client))
-        if job is None:  # taken back meanwhile (lease expired, cancelled): dropped
+        try:
+            job = self.engine.held_job(worker.session, decode_name(message.client))
+        except JobNotHeld as exc:
+            # Not this worker's request (taken back meanwhile: lease expired, cancelled; or
+            # never its own): dropped, nothing changes; MDP has no error reply to a worker.
+            log.info("REPLY from %r dropped: %s", identity[:32], exc)
             if message.final and not worker.session.jobs:
                 # It is free now: without new credit the engine would never send it more.
                 self.engine.request_work(worker.session, 1)

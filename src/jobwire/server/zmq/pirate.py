@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from jobwire.engine import Dispatch, Engine, Job, JobState, Output
-from jobwire.engine.errors import QueueFull
+from jobwire.engine.errors import JobNotHeld, QueueFull
 from jobwire.engine.worker import WorkerSession
 from jobwire.protocols.zmq import ppp
 from jobwire.protocols.zmq.frames import FRAME_SIZES, RESULT_FRAME_SIZES, join, split
@@ -127,8 +127,12 @@ class PirateQueue:
             worker = self._register(identity)
         worker.expiry = self.clock() + self.options.ppp_heartbeat * self.options.liveness
         if isinstance(message, ppp.Reply):
-            job = worker.session.jobs.get(message.address[-1].decode("utf-8", "replace"))
-            if job is None:  # taken back meanwhile: dropped
+            try:
+                job = self.engine.held_job(
+                    worker.session, message.address[-1].decode("utf-8", "replace")
+                )
+            except JobNotHeld as exc:  # taken back meanwhile, or never its own: dropped
+                log.info("reply from %r dropped: %s", identity[:32], exc)
                 if not worker.session.jobs:  # it is free now: ask for its next job
                     self.engine.request_work(worker.session, 1)
                 return
