@@ -11,7 +11,10 @@ Frames go through pyzmq's backend `Socket.recv`/`send` directly, with int flags:
 `recv_multipart`/`send_multipart` cost several times more per frame (bench/PERFORMANCE.md,
 ZeroMQ round 2), because they build `SNDMORE | flags` as an enum per frame and look the
 `RCVMORE` option up as an enum per frame. A frame received without copying carries its
-`more` flag, which saves that option call; its bytes are copied out at once.
+`more` flag, which saves that option call; its bytes are copied out at once. Before each
+receive, `zmq_poll` with no timeout says whether a message waits: a receive that finds none
+raises `zmq.Again`, whose construction (pyzmq builds its message in Python) costs eight
+times the poll, and every wake-up would end in one.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Final
 
 from zmq.backend import Socket as _BackendSocket
+from zmq.backend import zmq_poll
 
 import zmq
 
@@ -31,10 +36,12 @@ BATCH = 512
 
 Handler = Callable[[bytes, list[bytes]], None]
 
-_NOBLOCK: int = zmq.NOBLOCK.value
-_MORE: int = zmq.NOBLOCK.value | zmq.SNDMORE.value
-_recv = _BackendSocket.recv
-_send = _BackendSocket.send
+_NOBLOCK: Final[int] = zmq.NOBLOCK.value
+_MORE: Final[int] = zmq.NOBLOCK.value | zmq.SNDMORE.value
+_POLLIN: Final[int] = zmq.POLLIN.value
+_recv: Final = _BackendSocket.recv
+_send: Final = _BackendSocket.send
+_poll: Final = zmq_poll
 
 
 class RouterSocket:
@@ -66,6 +73,7 @@ class RouterSocket:
         self.sock = sock
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._fd: int = sock.getsockopt(zmq.FD)  # type: ignore[assignment]
+        self._poll_items: list[tuple[zmq.Socket[bytes], int]] = [(sock, _POLLIN)]
         self._check_due = False
         self.closed = False
         loop.add_reader(self._fd, self._readable)
@@ -76,8 +84,11 @@ class RouterSocket:
         if self.closed:
             return
         sock = self.sock
+        items = self._poll_items
         for _ in range(BATCH):
             try:
+                if not _poll(items, 0):
+                    return
                 frame = _recv(sock, _NOBLOCK, False)
                 identity = frame.bytes
                 frames: list[bytes] = []
