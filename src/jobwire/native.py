@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
 
-#: The Gearman hot path, compiled together into one shared library (`jobwire.hot__mypyc`).
+#: The Gearman and Majordomo hot paths, compiled together into one shared library
+#: (`jobwire.hot__mypyc`).
 MODULES = (
     "jobwire.engine.engine",
     "jobwire.engine.events",
@@ -38,6 +39,11 @@ MODULES = (
     "jobwire.server.gearman.server",
     "jobwire.server.gearman.transport",
     "jobwire.server.runtime",
+    "jobwire.protocols.zmq.frames",
+    "jobwire.protocols.zmq.mdp",
+    "jobwire.protocols.zmq.services",
+    "jobwire.server.zmq.majordomo",
+    "jobwire.server.zmq.sockets",
     "jobwire.store.frames",
     "jobwire.ports.journal",
     "jobwire.store.redolog",

@@ -42,7 +42,7 @@ _V2_HEARTBEAT, _V2_DISCONNECT = b"\5", b"\6"
 # ---------------------------------------------------------------- client <-> broker
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Request:
     """A client's REQUEST for `service`."""
 
@@ -51,7 +51,7 @@ class Request:
     body: tuple[bytes, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Reply:
     """The broker's answer to a client: 0.1 REPLY (always final), 0.2 PARTIAL or FINAL."""
 
@@ -64,13 +64,13 @@ class Reply:
 # ---------------------------------------------------------------- worker <-> broker
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ready:
     version: Version
     service: bytes
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WorkerRequest:
     """The broker hands a request to a worker; `client` is the address to answer to."""
 
@@ -79,7 +79,7 @@ class WorkerRequest:
     body: tuple[bytes, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WorkerReply:
     """A worker's answer: 0.1 REPLY (final), 0.2 PARTIAL or FINAL."""
 
@@ -89,12 +89,12 @@ class WorkerReply:
     final: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Heartbeat:
     version: Version
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Disconnect:
     version: Version
 

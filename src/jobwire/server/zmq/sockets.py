@@ -6,6 +6,15 @@ socket's file descriptor with `loop.add_reader` and drains it with non-blocking 
 The descriptor is edge-triggered: it signals when messages *become* readable, so every
 wake-up drains until EAGAIN, and since a send may consume that signal, the socket is
 checked again at the end of any loop turn that sent something.
+
+Frames go through pyzmq's backend `Socket.recv`/`send` directly, with int flags: its
+`recv_multipart`/`send_multipart` cost several times more per frame (bench/PERFORMANCE.md,
+ZeroMQ round 2), because they build `SNDMORE | flags` as an enum per frame and look the
+`RCVMORE` option up as an enum per frame. A frame received without copying carries its
+`more` flag, which saves that option call; its bytes are copied out at once. Before each
+receive, `zmq_poll` with no timeout says whether a message waits: a receive that finds none
+raises `zmq.Again`, whose construction (pyzmq builds its message in Python) costs eight
+times the poll, and every wake-up would end in one.
 """
 
 from __future__ import annotations
@@ -13,6 +22,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Final
+
+from zmq.backend import Socket as _BackendSocket
+from zmq.backend import zmq_poll
 
 import zmq
 
@@ -22,6 +35,13 @@ log = logging.getLogger("jobwire.zmq")
 BATCH = 512
 
 Handler = Callable[[bytes, list[bytes]], None]
+
+_NOBLOCK: Final[int] = zmq.NOBLOCK.value
+_MORE: Final[int] = zmq.NOBLOCK.value | zmq.SNDMORE.value
+_POLLIN: Final[int] = zmq.POLLIN.value
+_recv: Final = _BackendSocket.recv
+_send: Final = _BackendSocket.send
+_poll: Final = zmq_poll
 
 
 class RouterSocket:
@@ -53,6 +73,7 @@ class RouterSocket:
         self.sock = sock
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._fd: int = sock.getsockopt(zmq.FD)  # type: ignore[assignment]
+        self._poll_items: list[tuple[zmq.Socket[bytes], int]] = [(sock, _POLLIN)]
         self._check_due = False
         self.closed = False
         loop.add_reader(self._fd, self._readable)
@@ -63,9 +84,17 @@ class RouterSocket:
         if self.closed:
             return
         sock = self.sock
+        items = self._poll_items
         for _ in range(BATCH):
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
+                if not _poll(items, 0):
+                    return
+                frame = _recv(sock, _NOBLOCK, False)
+                identity = frame.bytes
+                frames: list[bytes] = []
+                while frame.more:
+                    frame = _recv(sock, _NOBLOCK, False)
+                    frames.append(frame.bytes)
             except zmq.Again:
                 return
             except zmq.ZMQError as exc:  # the socket is closing
@@ -73,10 +102,8 @@ class RouterSocket:
                 return
             if self.on_read is not None:
                 self.on_read()
-            if len(frames) < 1:
-                continue
             try:
-                self.handler(frames[0], frames[1:])
+                self.handler(identity, frames)
             except Exception:  # one bad message must not stop the socket
                 log.exception("handling a message on %s failed", self.endpoint)
         self._schedule_check()  # more may be waiting: go on after other callbacks
@@ -85,8 +112,16 @@ class RouterSocket:
         """Send to a peer; dropped if the peer is gone or not reading (ROUTER's rule)."""
         if self.closed:
             return
+        sock = self.sock
+        last = len(frames) - 1
         try:
-            self.sock.send_multipart([identity, *frames], zmq.NOBLOCK)
+            if last < 0:
+                _send(sock, identity, _NOBLOCK)
+            else:
+                _send(sock, identity, _MORE)
+                for i in range(last):
+                    _send(sock, frames[i], _MORE)
+                _send(sock, frames[last], _NOBLOCK)
         except zmq.ZMQError as exc:
             log.debug("dropped a message to %r: %s", identity[:32], exc)
         self._schedule_check()
