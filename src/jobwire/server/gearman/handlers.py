@@ -114,6 +114,8 @@ class GearmanConnection(Transport):
             transport.close()
             return
         self.conn_id = self.server.connection_made(self)
+        if self.server.auth is not None:
+            self.server.guard(self, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True

@@ -21,6 +21,7 @@ from jobwire.protocols.gearman.scanner import Scanner, Sink
 from jobwire.server.gearman.acks import Acks
 
 if TYPE_CHECKING:
+    from jobwire.server.gearman.gate import Gate
     from jobwire.server.gearman.server import GearmanOptions, GearmanServer
 
 log = logging.getLogger("jobwire.gearman")
@@ -68,6 +69,9 @@ class Transport(Sink, asyncio.Protocol):
         self.reading = False
         #: The time of this read's submits: read once, at the first (0: not yet).
         self.now = 0.0
+        #: With --auth: what this connection's principal may send (`gate.Gate`); None: all.
+        self.gate: Gate | None = None
+        self.principal = "-"  # the principal's name, once known
 
     # ------------------------------------------------------------ transport events
 
@@ -100,7 +104,11 @@ class Transport(Sink, asyncio.Protocol):
         self.reading = True
         self.now = 0.0
         try:
-            self.scanner.feed(data)
+            gate = self.gate
+            if gate is None:
+                self.scanner.feed(data)
+            else:
+                gate.feed(data)
         finally:
             self.reading = False
         if acks.count != count_before:
