@@ -39,7 +39,7 @@ PUBLIC: Final = frozenset(
         ("GET", "/health"),
         ("GET", "/ready"),
         ("GET", BASE + "/openapi.json"),
-        ("GET", BASE + "/schema.json"),
+        ("GET", "/rota/v1/schema.json"),
     }
 )
 
