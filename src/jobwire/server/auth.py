@@ -263,7 +263,12 @@ class TLSFiles:
 
     def load(self, context: ssl.SSLContext) -> None:
         """(Re-)read the files into `context`: handshakes from now on use them; established
-        connections keep the keys they agreed on."""
+        connections keep the keys they agreed on. The files are tried on a scratch context
+        first, so a broken file leaves `context` as it was (ssl.SSLError or OSError)."""
+        scratch = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        scratch.load_cert_chain(self.cert, self.key)
+        if self.client_ca is not None:
+            scratch.load_verify_locations(cafile=self.client_ca)
         context.load_cert_chain(self.cert, self.key)
         if self.client_ca is not None:
             context.load_verify_locations(cafile=self.client_ca)
