@@ -362,6 +362,20 @@ def _setup_logging(log_file: str, verbose: str, syslog: bool = False) -> None:
     help="Listen on a non-loopback address without --auth (refused otherwise).",
 )
 @click.option(
+    "--zmq-curve-secret",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="ZeroMQ certificate (public and secret key; `jobwire auth curve-keypair`): CURVE "
+    "on every ZeroMQ endpoint.",
+)
+@click.option(
+    "--zmq-curve-clients",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Client public keys (Z85, one a line) allowed to connect, besides the --auth "
+    "principals' curve_public_key; none at all: any key (encryption only).",
+)
+@click.option(
     "--rate-limit",
     type=click.FloatRange(min=0, min_open=True),
     default=None,
@@ -512,6 +526,8 @@ def serve(
     tls_client_ca: Path | None,
     auth_file: Path | None,
     insecure: bool,
+    zmq_curve_secret: Path | None,
+    zmq_curve_clients: Path | None,
     rate_limit: float | None,
     daemon: bool,
     user: str | None,
@@ -586,6 +602,16 @@ def serve(
                 "--ssl-key (or --tls-cert and --tls-key)"
             )
     security = _security(tls_cert, tls_key, tls_client_ca, auth_file, rate_limit)
+    curve = None
+    if zmq_curve_clients is not None and zmq_curve_secret is None:
+        raise click.UsageError("--zmq-curve-clients needs --zmq-curve-secret")
+    if zmq_curve_secret is not None:
+        from jobwire.server.zmq.curve import CurveOptions
+
+        try:
+            curve = CurveOptions.load(zmq_curve_secret, zmq_curve_clients, security.auth)
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from exc
     if file_descriptors is not None:
         set_file_descriptors(file_descriptors)
     if user is not None:
@@ -655,6 +681,8 @@ def serve(
             wmp_heartbeat=wmp_heartbeat,
             wmp_lease=wmp_lease,
             wmp_identity=wmp_id,
+            curve=curve,
+            auth=security.auth if curve is not None else None,
         ),
         gearman=GearmanOptions(
             exceptions=exceptions,
@@ -727,6 +755,20 @@ def hash_token_command(token: str | None) -> None:
     if not token:
         raise click.UsageError("no token given")
     click.echo(hash_token(token))
+
+
+@auth_group.command("curve-keypair")
+@click.argument("directory", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("name")
+def curve_keypair_command(directory: Path, name: str) -> None:
+    """Write a ZeroMQ CURVE key pair: DIRECTORY/NAME.key (public) and NAME.key_secret; print
+    the public key (for curve_public_key or --zmq-curve-clients)."""
+    import zmq.auth
+
+    directory.mkdir(parents=True, exist_ok=True)
+    public_file, _ = zmq.auth.create_certificates(directory, name)
+    public, _ = zmq.auth.load_certificate(public_file)
+    click.echo(public.decode())
 
 
 # `jobwire worker | submit | status` live with the SDK (src/jobwire/sdk/cli.py).
