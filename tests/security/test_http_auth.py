@@ -191,3 +191,43 @@ def test_rate_limit_is_per_principal(auth_file: Path, tmp_path: Path) -> None:
         assert call(url, token=TOKENS["operator"])[0] == 200  # another principal's own budget
     finally:
         assert server.stop() == 0
+
+
+def test_ojs_worker_runs_a_job_with_its_token(authed: ServerProcess) -> None:
+    from jobwire.sdk.ojs_worker import OjsJob, OjsWorker
+
+    worker = OjsWorker(
+        base(authed), queues=["q-ojs-worker"], token=TOKENS["runner"], poll_interval=0.05
+    )
+
+    @worker.task("sec.ojs")
+    def task(job: OjsJob) -> str:
+        return f"ojs {job.args[0]}"
+
+    async def scenario() -> None:
+        serving = asyncio.create_task(worker.serve())
+        try:
+            status, _, body = await asyncio.to_thread(
+                call,
+                base(authed) + "/ojs/v1/jobs",
+                "POST",
+                {"type": "sec.ojs", "args": [3], "options": {"queue": "q-ojs-worker"}},
+                token=TOKENS["submitter"],
+            )
+            assert status == 201, body
+            job_id = body["job"]["id"]
+            deadline = asyncio.get_running_loop().time() + DEADLINE
+            while True:
+                _, _, job = await asyncio.to_thread(
+                    call, base(authed) + f"/ojs/v1/jobs/{job_id}", token=TOKENS["submitter"]
+                )
+                if job["job"]["state"] == "completed":
+                    break
+                assert asyncio.get_running_loop().time() < deadline, job
+                await asyncio.sleep(0.05)
+            assert job["job"]["result"] == "ojs 3"
+        finally:
+            worker.stop()
+            await serving
+
+    asyncio.run(scenario())
