@@ -160,3 +160,36 @@ def test_a_plain_socket_gets_nothing(
     assert event["event"] != zmq.EVENT_HANDSHAKE_SUCCEEDED
     sock.disable_monitor()
     monitor.close(linger=0)
+
+
+def test_without_auth_the_clients_file_decides_who_connects(
+    keys: dict[str, tuple[bytes, bytes]], tmp_path: Path, context: zmq.Context
+) -> None:  # type: ignore[type-arg]
+    public, secret_key = keys["server"]
+    secret = tmp_path / "server.key_secret"
+    secret.write_text(
+        f'curve\n    public-key = "{public.decode()}"\n    secret-key = "{secret_key.decode()}"\n'
+    )
+    clients = tmp_path / "clients"
+    clients.write_text(f"# the render fleet\n{keys['zclient'][0].decode()}\n")
+    server = start_jobwire(
+        ["--zmq-curve-secret", str(secret), "--zmq-curve-clients", str(clients)],
+        zmq=True,
+        workdir=tmp_path,
+    )
+    try:
+        listed = dealer(context, server, keys, "zclient")
+        listed.connect(endpoint(server))
+        listed.send_multipart([b"", b"MDPC01", b"mmi.service", b"nobody"])
+        assert listed.recv_multipart() == [b"", b"MDPC01", b"mmi.service", b"404"]
+        unlisted = dealer(context, server, keys, "zworker")
+        monitor = unlisted.get_monitor_socket(
+            zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+        )
+        monitor.setsockopt(zmq.RCVTIMEO, DEADLINE_MS)
+        unlisted.connect(endpoint(server))
+        assert recv_monitor_message(monitor)["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH
+        unlisted.disable_monitor()
+        monitor.close(linger=0)
+    finally:
+        assert server.stop() == 0, server.log()
