@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 import zmq
 from jobwire.server.auth import hash_token
-from tests.servers import ServerProcess, start_jobwire
+from tests.servers import ServerProcess, free_port, start_jobwire
 
 DEADLINE_MS = 30_000
 
@@ -57,9 +58,16 @@ roles = ["admin"]
         f'    public-key = "{public.decode()}"\n'
         f'    secret-key = "{secret_key.decode()}"\n'
     )
+    freelance_port = free_port()
     server = start_jobwire(
-        ["--auth", str(auth), "--zmq-curve-secret", str(secret)], zmq=True, workdir=root
-    )
+        [
+            "--auth", str(auth), "--zmq-curve-secret", str(secret),
+            "--freelance-port", str(freelance_port), "--verbose", "WARNING",
+        ],
+        zmq=True,
+        workdir=root,
+    )  # fmt: skip
+    server.extra["freelance_port"] = freelance_port
     yield server
     assert server.stop() == 0, server.log()
 
@@ -193,3 +201,24 @@ def test_without_auth_the_clients_file_decides_who_connects(
         monitor.close(linger=0)
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_freelance_serves_client_keys_and_drops_worker_keys(
+    curve_server: ServerProcess, keys: dict[str, tuple[bytes, bytes]], context: zmq.Context
+) -> None:  # type: ignore[type-arg]
+    address = f"tcp://127.0.0.1:{curve_server.extra['freelance_port']}"
+    client = dealer(context, curve_server, keys, "zclient")
+    client.connect(address)
+    client.send_multipart([b"PING"])
+    assert client.recv_multipart() == [b"PONG"]
+    worker = dealer(context, curve_server, keys, "zworker")
+    worker.connect(address)
+    worker.send_multipart([b"PING"])
+    # Freelance has no refusal: the message is dropped, and the server says so in its log.
+    end = time.monotonic() + DEADLINE_MS / 1000
+    while "freelance: refused a message of a key without the client role" not in (
+        curve_server.log()
+    ):
+        assert time.monotonic() < end, curve_server.log()
+        time.sleep(0.02)
+    assert worker.poll(0) == 0
