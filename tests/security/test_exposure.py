@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.servers import free_port, start_jobwire
+from tests.servers import ServerProcess, free_port, start_jobwire
 
 DEADLINE = 30.0
 SERVE = [sys.executable, "-m", "jobwire", "serve", "--store", "memory", "--http-port", "0",
@@ -38,13 +38,28 @@ def test_a_non_loopback_address_without_auth_is_refused(tmp_path: Path) -> None:
     assert "refusing to listen on 0.0.0.0 without authentication" in done.stderr
 
 
+def start_on_any_address(args: list[str], tmp_path: Path) -> ServerProcess:
+    """`free_port` checks 127.0.0.1 only: another process may hold the port on another
+    address. That (and only that) is retried, on another port."""
+    for attempt in range(5):
+        workdir = tmp_path / f"attempt-{attempt}"
+        workdir.mkdir()
+        try:
+            return start_jobwire(["--listen", "0.0.0.0", *args], workdir=workdir)
+        except RuntimeError:
+            log = (workdir / "server.log").read_text(errors="replace")
+            if "address already in use" not in log.lower():
+                raise AssertionError(log) from None
+    raise AssertionError("no free port on 0.0.0.0 in five tries")
+
+
 def test_insecure_allows_a_non_loopback_address(tmp_path: Path) -> None:
-    server = start_jobwire(["--listen", "0.0.0.0", "--insecure"], workdir=tmp_path)
+    server = start_on_any_address(["--insecure"], tmp_path)
     assert server.stop() == 0
 
 
 def test_auth_allows_a_non_loopback_address(tmp_path: Path, auth_file: Path) -> None:
-    server = start_jobwire(["--listen", "0.0.0.0", "--auth", str(auth_file)], workdir=tmp_path)
+    server = start_on_any_address(["--auth", str(auth_file)], tmp_path)
     assert "without authentication" not in server.log()
     assert server.stop() == 0
 

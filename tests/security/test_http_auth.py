@@ -91,6 +91,8 @@ def test_worker_role_fetches_and_acks_but_may_not_push(authed: ServerProcess) ->
     )
     assert status == 200, body
     assert call(base(authed) + "/ojs/v1/admin/queues", token=token)[0] == 403
+    # Reads outside the admin routes are any principal's.
+    assert call(base(authed) + f"/ojs/v1/jobs/{job['id']}", token=token)[0] == 200
 
 
 def test_admin_role_reaches_admin_routes(authed: ServerProcess) -> None:

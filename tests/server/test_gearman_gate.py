@@ -92,9 +92,10 @@ def test_client_stream_split_anywhere(step: int) -> None:
 
 @pytest.mark.parametrize("step", [1, 5, 12, 100])
 def test_worker_stream_split_anywhere(step: int) -> None:
-    stream = packet(T.OPTION_REQ, b"auth:tw") + CAN_DO + SUBMIT + packet(T.GRAB_JOB)
+    status = packet(T.GET_STATUS, b"H:x:1")
+    stream = packet(T.OPTION_REQ, b"auth:tw") + CAN_DO + SUBMIT + packet(T.GRAB_JOB) + status
     scanned, events, _ = run(stream, list(range(step, len(stream), step)))
-    assert scanned == CAN_DO + packet(T.GRAB_JOB)
+    assert scanned == CAN_DO + packet(T.GRAB_JOB) + status
     assert [e for e in events if e[0] == "error"] == [("error", "PERMISSION_DENIED")]
 
 

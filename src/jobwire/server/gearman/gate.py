@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jobwire.gearman")
 
-#: The role each request packet needs (ECHO_REQ and OPTION_REQ: any principal).
+#: The role each request packet needs (ECHO_REQ, OPTION_REQ, GET_STATUS and
+#: GET_STATUS_UNIQUE: any principal).
 PACKET_ROLE: Final[dict[int, str]] = {
     int(t): CLIENT
     for t in (
@@ -41,8 +42,6 @@ PACKET_ROLE: Final[dict[int, str]] = {
         T.SUBMIT_JOB_EPOCH,
         T.SUBMIT_REDUCE_JOB,
         T.SUBMIT_REDUCE_JOB_BACKGROUND,
-        T.GET_STATUS,
-        T.GET_STATUS_UNIQUE,
     )
 } | {
     int(t): WORKER
@@ -65,7 +64,12 @@ PACKET_ROLE: Final[dict[int, str]] = {
         T.ALL_YOURS,
     )
 }
-_ANY: Final = (int(T.ECHO_REQ), int(T.OPTION_REQ))
+_ANY: Final = (
+    int(T.ECHO_REQ),
+    int(T.OPTION_REQ),
+    int(T.GET_STATUS),
+    int(T.GET_STATUS_UNIQUE),
+)
 _OPTION_REQ: Final = int(T.OPTION_REQ)
 #: Admin text commands that change state; the others (status, workers, show, version, ...)
 #: only read, and any authenticated principal may send them.

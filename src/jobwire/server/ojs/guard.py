@@ -75,10 +75,12 @@ CLIENT_CHANGES: Final = frozenset(
 )
 
 _READS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+#: Not a role: any authenticated principal may (reads outside the admin routes).
+ANY: Final = "any"
 
 
 def required_role(method: str, route: str) -> str | None:
-    """The role a request needs (None: none, it is public)."""
+    """The role a request needs: `ANY` principal, or None: none, it is public."""
     key = (method, route)
     if key in PUBLIC or (method == "HEAD" and ("GET", route) in PUBLIC):
         return None
@@ -86,7 +88,9 @@ def required_role(method: str, route: str) -> str | None:
         return WORKER
     if route.startswith(BASE + "/admin/") or route == "/metrics":
         return ADMIN
-    if method in _READS or key in CLIENT_CHANGES:
+    if method in _READS:
+        return ANY
+    if key in CLIENT_CHANGES:
         return CLIENT
     return ADMIN
 
@@ -125,7 +129,7 @@ class Guard:
                         principal = auth.by_certificate(ssl_object.getpeercert())
                 if principal is None:
                     raise _refusal(401, "unauthenticated", "send Authorization: Bearer TOKEN", role)
-                if not principal.may(role):
+                if role != ANY and not principal.may(role):
                     raise _refusal(
                         403,
                         "forbidden",
