@@ -87,6 +87,10 @@ class AsyncClient:
     server that answers; on failure wait `settle_delay` seconds (the Guide uses 2), then resend
     the same request to the other one. Give enough `retries` to outlast a failover.
 
+    `tls`: connect over TLS (an `ssl.SSLContext`, a CA file, or (ca, cert, key) paths for
+    mutual TLS); `token`: authenticate each connection with it (OPTION_REQ auth:TOKEN) for a
+    server run with --auth. docs/security.md says more.
+
     Delivery: at least once for retried submissions; see the module docstring.
     """
 

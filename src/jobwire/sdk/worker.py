@@ -215,7 +215,8 @@ class Worker(Lifecycle[Job]):
     liveness checks of each server (dead after three silent ones). `reconnect_base` /
     `reconnect_cap`: the reconnect backoff, doubling. `settle_delay`: the servers include a
     Binary Star pair, and the backoff never exceeds it (see the module docstring).
-    `client_id`: shown by the admin `workers` command (default host:pid).
+    `client_id`: shown by the admin `workers` command (default host:pid). `tls` and
+    `token`: as AsyncClient's (docs/security.md).
 
         worker = Worker(["127.0.0.1:4730"], concurrency=4)
 

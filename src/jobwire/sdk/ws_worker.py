@@ -113,6 +113,9 @@ class RotaWorker(Lifecycle[RotaJob]):
 
     worker = RotaWorker("http://127.0.0.1:8080", concurrency=4)
 
+    `tls` (an `ssl.SSLContext`, a CA file, or (ca, cert, key) paths) for a wss:// or https://
+    server, `token` for one run with --auth (sent as Authorization: Bearer).
+
     @worker.task("resize", spec="specs/resize.json", timeout=60)
     async def resize(job: RotaJob) -> dict: ...
 
