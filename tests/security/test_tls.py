@@ -243,3 +243,45 @@ def test_sighup_rereads_the_certificate_and_keeps_connections(pki: PKI, tmp_path
         assert peer_organisation(server.port, pki) == "second"
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_rota_worker_runs_a_job_over_wss(tls_server: ServerProcess, pki: PKI) -> None:
+    from jobwire.sdk.ws_worker import RotaJob, RotaWorker
+
+    base = f"https://127.0.0.1:{tls_server.http_port}"
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    spec = {"name": "tls.rota"}
+    worker = RotaWorker(base, tls=pki.ca, grace_period=5)
+
+    @worker.task("tls.rota", spec=spec)
+    async def task(job: RotaJob) -> str:
+        return f"wss {job.args[0]}"
+
+    async def scenario() -> None:
+        status, _, body = await asyncio.to_thread(
+            call, base + "/rota/v1/specs", "POST", spec, context=context
+        )
+        assert status in (200, 201), body
+        serving = asyncio.create_task(worker.serve())
+        try:
+            status, _, body = await asyncio.to_thread(
+                call, base + "/ojs/v1/jobs", "POST", {"type": "tls.rota", "args": [5]},
+                context=context,
+            )  # fmt: skip
+            assert status == 201, body
+            job_id = body["job"]["id"]
+            end = time.monotonic() + DEADLINE
+            while True:
+                _, _, job = await asyncio.to_thread(
+                    call, base + f"/ojs/v1/jobs/{job_id}", context=context
+                )
+                if job["job"]["state"] == "completed":
+                    break
+                assert time.monotonic() < end, job
+                await asyncio.sleep(0.05)
+            assert job["job"]["result"] == "wss 5"
+        finally:
+            worker.stop()
+            await serving
+
+    asyncio.run(scenario())
