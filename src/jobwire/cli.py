@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -22,6 +23,9 @@ from jobwire.gearmand_compat import (
 from jobwire.limits_cli import limit_options
 from jobwire.server.limits import Limits
 from jobwire.store import DEFAULT_STORE
+
+if TYPE_CHECKING:
+    from jobwire.server.auth import Security
 
 # The server stack (aiohttp, uvloop) is imported inside `serve`, so the client-side
 # commands (submit, status, worker) start quickly.
@@ -333,6 +337,59 @@ def _setup_logging(log_file: str, verbose: str, syslog: bool = False) -> None:
     help="Allow cross-origin requests to /ojs/v1 from ORIGIN (repeatable; * for any). "
     "Default: CORS off.",
 )
+# Security (docs/security.md).
+@click.option(
+    "--tls-cert",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="PEM certificate (chain): TLS on the Gearman port, HTTPS/WSS on the HTTP port. "
+    "Re-read on SIGHUP.",
+)
+@click.option(
+    "--tls-key", type=click.Path(path_type=Path, dir_okay=False), default=None, help="Its key."
+)
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Require client certificates signed by these CAs (mutual TLS); a certificate's "
+    "subject names its principal in --auth.",
+)
+@click.option(
+    "--auth",
+    "auth_file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="TOML file of principals (token hash, certificate subject or CURVE key) and their "
+    "roles: client, worker, admin. Without it anyone may do anything.",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Listen on a non-loopback address without --auth (refused otherwise).",
+)
+@click.option(
+    "--zmq-curve-secret",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="ZeroMQ certificate (public and secret key; `jobwire auth curve-keypair`): CURVE "
+    "on every ZeroMQ endpoint.",
+)
+@click.option(
+    "--zmq-curve-clients",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Client public keys (Z85, one a line) allowed to connect, besides the --auth "
+    "principals' curve_public_key; none at all: any key (encryption only).",
+)
+@click.option(
+    "--rate-limit",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="N",
+    help="HTTP requests a second per principal (per peer address without --auth); more are "
+    "answered 429 with Retry-After. Default: no limit.",
+)
 # gearmand's own flags (jobwire.gearmand_compat; README "Command line").
 @click.option(
     "-d",
@@ -414,10 +471,10 @@ def _setup_logging(log_file: str, verbose: str, syslog: bool = False) -> None:
     multiple=True,
     help="gearmand's protocol modules: http serves HTTP on --http-port; gear is always on.",
 )
-@click.option("--ssl", is_flag=True, help="Refused at start: jobwire serves no TLS itself.")
-@click.option("--ssl-ca-file", default=None, hidden=True)
-@click.option("--ssl-certificate", default=None, hidden=True)
-@click.option("--ssl-key", default=None, hidden=True)
+@click.option("--ssl", is_flag=True, help="gearmand's: TLS with --ssl-certificate and --ssl-key.")
+@click.option("--ssl-ca-file", default=None, help="gearmand's name for --tls-client-ca.")
+@click.option("--ssl-certificate", default=None, help="gearmand's name for --tls-cert.")
+@click.option("--ssl-key", default=None, help="gearmand's name for --tls-key.")
 @click.option("--check-args", is_flag=True, hidden=True, help="Check the options and exit.")
 @limit_options
 @click.pass_context
@@ -473,6 +530,14 @@ def serve(
     rota_logs: bool,
     rota_spec_file: Path | None,
     cors_origins: tuple[str, ...],
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
+    auth_file: Path | None,
+    insecure: bool,
+    zmq_curve_secret: Path | None,
+    zmq_curve_clients: Path | None,
+    rate_limit: float | None,
     daemon: bool,
     user: str | None,
     threads: int,
@@ -536,11 +601,26 @@ def serve(
             f"hot path {native.status()}"
         )
         ctx.exit(0)
-    if ssl:
-        raise click.ClickException(
-            "jobwire serves Gearman without TLS: put a TLS terminator (stunnel, haproxy) in "
-            "front of it"
-        )
+    if ssl:  # gearmand's spelling
+        tls_cert = tls_cert or (Path(ssl_certificate) if ssl_certificate else None)
+        tls_key = tls_key or (Path(ssl_key) if ssl_key else None)
+        tls_client_ca = tls_client_ca or (Path(ssl_ca_file) if ssl_ca_file else None)
+        if tls_cert is None or tls_key is None:
+            raise click.ClickException(
+                "--ssl needs the server's TLS certificate and key: --ssl-certificate and "
+                "--ssl-key (or --tls-cert and --tls-key)"
+            )
+    security = _security(tls_cert, tls_key, tls_client_ca, auth_file, rate_limit)
+    curve = None
+    if zmq_curve_clients is not None and zmq_curve_secret is None:
+        raise click.UsageError("--zmq-curve-clients needs --zmq-curve-secret")
+    if zmq_curve_secret is not None:
+        from jobwire.server.zmq.curve import CurveOptions
+
+        try:
+            curve = CurveOptions.load(zmq_curve_secret, zmq_curve_clients, security.auth)
+        except (OSError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from exc
     if file_descriptors is not None:
         set_file_descriptors(file_descriptors)
     if user is not None:
@@ -570,6 +650,8 @@ def serve(
         pid_file=pid_file,
         limits=limits,
         on_ready=ready,
+        security=security,
+        insecure=insecure,
         engine=EngineConfig(
             job_retries=job_retries or None,
             worker_wakeup=worker_wakeup,
@@ -609,6 +691,8 @@ def serve(
             wmp_heartbeat=wmp_heartbeat,
             wmp_lease=wmp_lease,
             wmp_identity=wmp_id,
+            curve=curve,
+            auth=security.auth if curve is not None else None,
         ),
         gearman=GearmanOptions(
             exceptions=exceptions,
@@ -621,6 +705,80 @@ def serve(
         ),
     )
     run(config)
+
+
+def _security(
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
+    auth_file: Path | None,
+    rate_limit: float | None,
+) -> Security:
+    """Read the --auth file and the TLS files now: a mistake stops the start, with why."""
+    import ssl as ssl_module
+
+    from jobwire.server.auth import Authenticator, AuthFileError, Security, TLSFiles
+
+    security = Security(rate=rate_limit)
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    if tls_client_ca is not None and tls_cert is None:
+        raise click.UsageError("--tls-client-ca needs --tls-cert and --tls-key")
+    if tls_cert is not None and tls_key is not None:
+        security.tls = TLSFiles(tls_cert, tls_key, tls_client_ca)
+        try:
+            security.context = security.tls.server_context()
+        except (OSError, ssl_module.SSLError) as exc:
+            raise click.ClickException(f"cannot use the TLS files: {exc}") from exc
+    if auth_file is not None:
+        try:
+            security.auth = Authenticator.from_file(auth_file)
+        except AuthFileError as exc:
+            raise click.ClickException(str(exc)) from exc
+    return security
+
+
+@main.group("auth")
+def auth_group() -> None:
+    """Make tokens and their hashes for --auth files (docs/security.md)."""
+
+
+@auth_group.command("new-token")
+def new_token_command() -> None:
+    """Print a fresh random token and, on a second line, its token_sha256."""
+    from jobwire.server.auth import hash_token, new_token
+
+    token = new_token()
+    click.echo(token)
+    click.echo(hash_token(token))
+
+
+@auth_group.command("hash-token")
+@click.argument("token", required=False)
+def hash_token_command(token: str | None) -> None:
+    """Print the token_sha256 of TOKEN (read from standard input when not given, so that it
+    stays out of the shell's history)."""
+    from jobwire.server.auth import hash_token
+
+    if token is None:
+        token = sys.stdin.readline().strip()
+    if not token:
+        raise click.UsageError("no token given")
+    click.echo(hash_token(token))
+
+
+@auth_group.command("curve-keypair")
+@click.argument("directory", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("name")
+def curve_keypair_command(directory: Path, name: str) -> None:
+    """Write a ZeroMQ CURVE key pair: DIRECTORY/NAME.key (public) and NAME.key_secret; print
+    the public key (for curve_public_key or --zmq-curve-clients)."""
+    import zmq.auth
+
+    directory.mkdir(parents=True, exist_ok=True)
+    public_file, _ = zmq.auth.create_certificates(directory, name)
+    public, _ = zmq.auth.load_certificate(public_file)
+    click.echo(public.decode())
 
 
 # `jobwire worker | submit | status` live with the SDK (src/jobwire/sdk/cli.py).

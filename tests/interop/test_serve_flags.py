@@ -144,9 +144,9 @@ def test_help_with_h(tmp_path: Path) -> None:
     assert result.returncode == 0 and "--queue-type" in result.stdout
 
 
-def test_ssl_is_refused_at_start(tmp_path: Path) -> None:
+def test_ssl_without_certificate_files_is_refused_at_start(tmp_path: Path) -> None:
     result = run([*JOBWIRE, "--ssl", "--store", "memory"], tmp_path)
-    assert result.returncode == 1 and "TLS" in result.stderr
+    assert result.returncode == 1 and "--ssl-certificate" in result.stderr
 
 
 # -- flags that act -----------------------------------------------------------------------

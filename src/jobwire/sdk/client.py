@@ -55,6 +55,7 @@ from jobwire.sdk.session import (
     parse_int,
     submit_type,
 )
+from jobwire.sdk.tls import TLSOption, client_context
 
 log = logging.getLogger("jobwire.sdk")
 
@@ -86,6 +87,10 @@ class AsyncClient:
     server that answers; on failure wait `settle_delay` seconds (the Guide uses 2), then resend
     the same request to the other one. Give enough `retries` to outlast a failover.
 
+    `tls`: connect over TLS (an `ssl.SSLContext`, a CA file, or (ca, cert, key) paths for
+    mutual TLS); `token`: authenticate each connection with it (OPTION_REQ auth:TOKEN) for a
+    server run with --auth. docs/security.md says more.
+
     Delivery: at least once for retried submissions; see the module docstring.
     """
 
@@ -100,8 +105,12 @@ class AsyncClient:
         heartbeat: float | None = 5.0,
         busy_poll: float = BUSY_POLL,
         settle_delay: float | None = None,
+        tls: TLSOption = None,
+        token: str | None = None,
     ) -> None:
         self.servers = [format_address(parse_address(server)) for server in servers]
+        self.tls = client_context(tls)
+        self.token = token
         if not self.servers:
             raise ValueError("no servers given")
         # Binary Star: the pair, and the one of the two the client talks to now.
@@ -347,7 +356,14 @@ class AsyncClient:
         opening = self._opening.get(index)
         if opening is None:
             opening = asyncio.ensure_future(
-                Session.open(self.servers[index], self.timeout, self.heartbeat, self.busy_poll)
+                Session.open(
+                    self.servers[index],
+                    self.timeout,
+                    self.heartbeat,
+                    self.busy_poll,
+                    self.tls,
+                    self.token,
+                )
             )
             self._opening[index] = opening
             opening.add_done_callback(lambda _: self._opening.pop(index, None))

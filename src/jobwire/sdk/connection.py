@@ -27,13 +27,14 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 from jobwire.protocols.gearman import Decoder, Packet, PacketType, encode_request
 from jobwire.protocols.gearman.decoder import Message
-from jobwire.sdk.errors import ServerUnavailable
+from jobwire.sdk.errors import AuthenticationFailed, ServerUnavailable
 
 log = logging.getLogger("jobwire.sdk")
 
@@ -146,8 +147,12 @@ class Connection(asyncio.BufferedProtocol):
         after_read: Callable[[], None] | None = None,
         batch: int | None = None,
         busy_poll: float = 0.0,
+        tls: ssl.SSLContext | None = None,
+        token: str | None = None,
     ) -> Connection:
-        """Connect within `timeout` seconds, or raise ServerUnavailable."""
+        """Connect within `timeout` seconds, or raise ServerUnavailable. `tls`: over TLS
+        (the server's name checked as the context says). `token`: authenticate first with
+        OPTION_REQ auth:TOKEN (AuthenticationFailed when refused)."""
         conn = cls(
             address,
             on_packet,
@@ -159,10 +164,45 @@ class Connection(asyncio.BufferedProtocol):
         )
         try:
             async with asyncio.timeout(timeout):
-                await conn._loop.create_connection(lambda: conn, *address)
+                if tls is None:
+                    await conn._loop.create_connection(lambda: conn, *address)
+                else:
+                    await conn._loop.create_connection(
+                        lambda: conn, *address, ssl=tls, server_hostname=address[0]
+                    )
+                if token is not None:
+                    await conn._authenticate(token)
+        except ssl.SSLError as exc:
+            conn.abort(AuthenticationFailed(f"TLS with {conn.name} failed: {exc}"))
+            raise AuthenticationFailed(f"TLS with {conn.name} failed: {exc}") from exc
         except (OSError, TimeoutError) as exc:
+            conn.abort(ServerUnavailable(f"cannot connect to {conn.name}"))
             raise ServerUnavailable(f"cannot connect to {conn.name}: {exc or 'timed out'}") from exc
         return conn
+
+    async def _authenticate(self, token: str) -> None:
+        """OPTION_REQ auth:TOKEN, then wait for OPTION_RES (jobwire's extension)."""
+        owner = self.on_packet
+        answer: asyncio.Future[Packet] = self._loop.create_future()
+
+        def reply(packet: Packet) -> None:
+            if not answer.done():
+                answer.set_result(packet)
+
+        self.on_packet = reply
+        try:
+            self.write(encode_request(PacketType.OPTION_REQ, b"auth:" + token.encode()))
+            waiters: list[asyncio.Future[Any]] = [answer, self.closed]
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.on_packet = owner
+        if not answer.done():
+            raise AuthenticationFailed(f"{self.name} closed the connection during authentication")
+        packet = answer.result()
+        if packet.type != PacketType.OPTION_RES:
+            detail = b" ".join(packet.args).decode("utf-8", "replace")
+            self.abort(AuthenticationFailed(f"{self.name} refused the token: {detail}"))
+            raise AuthenticationFailed(f"{self.name} refused the token: {detail}")
 
     # ------------------------------------------------------------ asyncio.BufferedProtocol
 

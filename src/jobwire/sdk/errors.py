@@ -35,6 +35,10 @@ class ServerUnavailable(JobwireError, ConnectionError):
     """No server accepted the request within the client's timeout and retries."""
 
 
+class AuthenticationFailed(ServerUnavailable):
+    """The server refused the token or the TLS handshake (`tls=`, `token=`)."""
+
+
 class ServerError(JobwireError):
     """The server refused a request with an ERROR packet (e.g. QUEUE_ERROR: queue full)."""
 

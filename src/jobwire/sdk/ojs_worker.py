@@ -60,6 +60,7 @@ import orjson
 
 from jobwire.sdk.lifecycle import Lifecycle, WorkerState
 from jobwire.sdk.tasks import Task, check_timeout, decorator, invoke, is_async
+from jobwire.sdk.tls import TLSOption, bearer_header, client_context
 from jobwire.sdk.ws_job import Retry
 
 log = logging.getLogger("jobwire.sdk.ojs_worker")
@@ -232,7 +233,11 @@ class OjsWorker(Lifecycle[OjsJob]):
         worker_id: str | None = None,
         hostname: str | None = None,
         labels: Iterable[str] = (),
+        tls: TLSOption = None,
+        token: str | None = None,
     ) -> None:
+        self.tls = client_context(tls)
+        self.token = token
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         for name, value in (("heartbeat", heartbeat), ("visibility_timeout", visibility_timeout)):
@@ -311,7 +316,9 @@ class OjsWorker(Lifecycle[OjsJob]):
         self._beat_now = asyncio.Event()
         self._connected = False
         self._http = aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=self.connect_timeout)
+            timeout=aiohttp.ClientTimeout(total=self.connect_timeout),
+            headers=bearer_header(self.token),
+            connector=aiohttp.TCPConnector(ssl=self.tls) if self.tls is not None else None,
         )
         fetcher = asyncio.create_task(self._fetch_loop(), name="ojs worker fetches")
         beater = asyncio.create_task(self._heartbeats(), name="ojs worker heartbeats")

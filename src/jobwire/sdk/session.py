@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -211,7 +212,13 @@ class Session:
 
     @classmethod
     async def open(
-        cls, address: str, timeout: float, heartbeat: float | None, busy_poll: float = 0.0
+        cls,
+        address: str,
+        timeout: float,
+        heartbeat: float | None,
+        busy_poll: float = 0.0,
+        tls: ssl.SSLContext | None = None,
+        token: str | None = None,
     ) -> Session:
         conn = await Connection.open(
             parse_address(address),
@@ -219,6 +226,8 @@ class Session:
             timeout=timeout,
             heartbeat=heartbeat,
             busy_poll=busy_poll,
+            tls=tls,
+            token=token,
         )
         session = cls(conn, timeout)
         # Nothing can be read before this: the server speaks only when spoken to.

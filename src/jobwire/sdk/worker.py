@@ -56,6 +56,7 @@ from jobwire.sdk.lifecycle import Lifecycle
 from jobwire.sdk.lifecycle import WorkerState as WorkerState
 from jobwire.sdk.payload import to_bytes
 from jobwire.sdk.tasks import Task, check_timeout, decorator, invoke, is_async
+from jobwire.sdk.tls import TLSOption, client_context
 
 log = logging.getLogger("jobwire.sdk.worker")
 
@@ -214,7 +215,8 @@ class Worker(Lifecycle[Job]):
     liveness checks of each server (dead after three silent ones). `reconnect_base` /
     `reconnect_cap`: the reconnect backoff, doubling. `settle_delay`: the servers include a
     Binary Star pair, and the backoff never exceeds it (see the module docstring).
-    `client_id`: shown by the admin `workers` command (default host:pid).
+    `client_id`: shown by the admin `workers` command (default host:pid). `tls` and
+    `token`: as AsyncClient's (docs/security.md).
 
         worker = Worker(["127.0.0.1:4730"], concurrency=4)
 
@@ -245,7 +247,11 @@ class Worker(Lifecycle[Job]):
         connect_timeout: float = 10.0,
         client_id: str | None = None,
         settle_delay: float | None = None,
+        tls: TLSOption = None,
+        token: str | None = None,
     ) -> None:
+        self.tls = client_context(tls)
+        self.token = token
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         if settle_delay is not None:
@@ -364,6 +370,8 @@ class Worker(Lifecycle[Job]):
                     heartbeat=self.heartbeat,
                     after_read=self._settle,  # after every read: grab for what is free
                     batch=self._batch,
+                    tls=self.tls,
+                    token=self.token,
                 )
             except ServerUnavailable as exc:
                 log.info("%s; retrying in %.2gs", exc, delay)

@@ -72,6 +72,7 @@ from jobwire.protocols.rota import (
 )
 from jobwire.sdk.lifecycle import Lifecycle, WorkerState
 from jobwire.sdk.tasks import Task, check_timeout, decorator, invoke, is_async
+from jobwire.sdk.tls import TLSOption, bearer_header, client_context
 from jobwire.sdk.ws_job import RotaJob, failure, success
 
 log = logging.getLogger("jobwire.sdk.ws_worker")
@@ -112,6 +113,9 @@ class RotaWorker(Lifecycle[RotaJob]):
 
     worker = RotaWorker("http://127.0.0.1:8080", concurrency=4)
 
+    `tls` (an `ssl.SSLContext`, a CA file, or (ca, cert, key) paths) for a wss:// or https://
+    server, `token` for one run with --auth (sent as Authorization: Bearer).
+
     @worker.task("resize", spec="specs/resize.json", timeout=60)
     async def resize(job: RotaJob) -> dict: ...
 
@@ -134,7 +138,11 @@ class RotaWorker(Lifecycle[RotaJob]):
         batch_bytes: int = 64 * 1024,
         hostname: str | None = None,
         server_timeout: float | None = None,
+        tls: TLSOption = None,
+        token: str | None = None,
     ) -> None:
+        self.tls = client_context(tls)
+        self.token = token
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         super().__init__(grace_period)
@@ -284,7 +292,13 @@ class RotaWorker(Lifecycle[RotaJob]):
             while not self._stopping:
                 try:
                     async with asyncio.timeout(self.connect_timeout):
-                        ws = await session.ws_connect(self.url, timeout=timeout, max_msg_size=0)
+                        ws = await session.ws_connect(
+                            self.url,
+                            timeout=timeout,
+                            max_msg_size=0,
+                            ssl=self.tls if self.tls is not None else True,
+                            headers=bearer_header(self.token),
+                        )
                 except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                     log.info("cannot connect to %s (%s); retrying in %.2gs", self.url, exc, delay)
                 else:

@@ -16,6 +16,7 @@ from aiohttp import web
 
 from jobwire.engine import Engine, EngineConfig
 from jobwire.ports import Store
+from jobwire.server.auth import Security, is_loopback
 from jobwire.server.gearman import GearmanOptions, GearmanServer
 from jobwire.server.limits import ConnectionTable, Limits
 from jobwire.server.ojs.app import OJSOptions, OJSService
@@ -54,6 +55,10 @@ class ServerConfig:
     bstar_heartbeat: float = 1.0
     #: Connection and request bounds (server/limits.py, README "Limits").
     limits: Limits = field(default_factory=Limits)
+    #: --auth, --tls-*, --rate-limit (`server.auth`); the default: all off.
+    security: Security = field(default_factory=Security)
+    #: --insecure: listen on a non-loopback address without --auth.
+    insecure: bool = False
     #: Called once every listener is up (`serve --daemon` lets its starter exit then).
     on_ready: Callable[[], None] | None = None
 
@@ -101,13 +106,28 @@ def rota_options(config: ServerConfig) -> RotaOptions:
     return options
 
 
-async def serve_http(ojs: OJSService, rota: RotaService, host: str, port: int) -> web.AppRunner:
-    """One HTTP listener for the OJS binding and the Rota `/work` WebSocket."""
+async def serve_http(
+    ojs: OJSService,
+    rota: RotaService,
+    host: str,
+    port: int,
+    security: Security | None = None,
+) -> web.AppRunner:
+    """One HTTP listener for the OJS binding and the Rota `/work` WebSocket; HTTPS and WSS
+    with --tls-cert, roles with --auth (`ojs.guard`)."""
     app = ojs.app()
     rota.install(app)
     table = ojs.runtime.connections
     limits = table.limits
     app[BODY_TIMEOUT] = limits.http_body_timeout
+    if security is not None and (security.auth is not None or security.rate):
+        from jobwire.server.ojs.guard import Guard
+        from jobwire.server.ojs.http import ojs_middleware
+
+        # Inside the error middleware, so that a refusal is an OJS error body.
+        app.middlewares.insert(
+            list(app.middlewares).index(ojs_middleware) + 1, Guard(security).middleware
+        )
     # Malformed HTTP that aiohttp's parser refuses is answered with an OJS error body too.
     runner = OJSAppRunner(
         app,
@@ -120,7 +140,14 @@ async def serve_http(ojs: OJSService, rota: RotaService, host: str, port: int) -
         max_headers=limits.http_max_headers,
     )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=1024)
+    site = web.TCPSite(
+        runner,
+        host,
+        port,
+        reuse_address=True,
+        backlog=1024,
+        ssl_context=security.context if security is not None else None,
+    )
     await site.start()
     return runner
 
@@ -193,7 +220,9 @@ class Server:
             except zmq_error() as exc:
                 bstar.close()
                 raise SystemExit(f"jobwire: cannot start binary star: {exc}") from exc
-        gearman = GearmanServer(runtime, config.gearman)
+        security = config.security
+        announce_security(config)
+        gearman = GearmanServer(runtime, config.gearman, security.auth)
         runtime.on_shutdown = lambda graceful: self._shutdown(engine, graceful)
         if config.pid_file is not None:
             config.pid_file.write_text(f"{os.getpid()}\n")
@@ -203,6 +232,7 @@ class Server:
             port=config.port,
             backlog=config.backlog,
             reuse_address=True,
+            ssl=security.context,
         )
         self._servers.append(tcp)
         http = ojs = None
@@ -213,6 +243,7 @@ class Server:
                 RotaService(runtime, rota_options(config)),
                 config.listen,
                 config.http_port,
+                security,
             )
             log.info("jobwire listening on %s:%d (http)", config.listen, config.http_port)
         zmq_server = None
@@ -231,6 +262,8 @@ class Server:
                 raise SystemExit(f"jobwire: cannot listen for ZeroMQ: {exc}") from exc
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
+        if security.tls is not None:
+            loop.add_signal_handler(signal.SIGHUP, self._reload_tls)
         log.info("jobwire listening on %s:%d (gearman)", config.listen, config.port)
         if config.on_ready is not None:
             config.on_ready()
@@ -263,6 +296,13 @@ class Server:
     def stop(self) -> None:
         self._stop.set()
 
+    def _reload_tls(self) -> None:
+        """SIGHUP: re-read the certificate files; open connections stay as they are."""
+        try:
+            self.config.security.reload()
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            log.error("SIGHUP: kept the old TLS certificate: %s", exc)
+
     def _shutdown(self, engine: Engine, graceful: bool) -> None:
         """Stop now, or (graceful) stop accepting and stop once no job runs any more."""
         loop = asyncio.get_running_loop()
@@ -286,6 +326,36 @@ class Server:
         self._stop.set()
 
 
+def check_exposure(config: ServerConfig) -> None:
+    """Refuse a non-loopback --listen without --auth, unless --insecure says so."""
+    if config.security.auth is None and not config.insecure and not is_loopback(config.listen):
+        raise SystemExit(
+            f"jobwire: refusing to listen on {config.listen} without authentication: give "
+            "--auth FILE (docs/security.md), or --insecure to accept anyone who reaches the port"
+        )
+
+
+def announce_security(config: ServerConfig) -> None:
+    """Say at start how the server is exposed: the warning shows at every --verbose level
+    (not with --log-file none)."""
+    security = config.security
+    say = logging.getLogger("jobwire.security")
+    if logging.getLogger().level <= logging.CRITICAL:
+        say.setLevel(min(logging.WARNING, logging.getLogger().getEffectiveLevel()))
+    if security.auth is None:
+        say.warning(
+            "jobwire runs without authentication: anyone who reaches its ports may submit, "
+            "run, cancel or delete jobs (--auth FILE, docs/security.md)"
+        )
+    else:
+        say.info("authentication on: %d principals", len(security.auth.entries))
+    if security.tls is None:
+        say.info("TLS off: Gearman and HTTP are served in clear text")
+    else:
+        mutual = " with client certificates required" if security.tls.client_ca else ""
+        say.info("TLS on for Gearman and HTTP%s", mutual)
+
+
 def zmq_error() -> type[Exception]:
     import zmq
 
@@ -293,6 +363,7 @@ def zmq_error() -> type[Exception]:
 
 
 def run(config: ServerConfig) -> None:
+    check_exposure(config)
     server = Server(config)
     try:
         import uvloop

@@ -126,6 +126,8 @@ class GearmanConnection(Transport):
         self.admitted = True
         self.idle = table.guard(runtime.loop, self.idle_timeout)
         self.conn_id = self.server.connection_made(self)
+        if self.server.auth is not None:
+            self.server.guard(self, transport)
 
     def idle_timeout(self) -> None:
         """Silent (or unauthenticated) for the idle timeout: told, then closed."""

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from jobwire.engine import Engine
 from jobwire.protocols.gearman.replies import CreatedReplies
 from jobwire.server.gearman.handlers import GearmanConnection
 from jobwire.server.runtime import Runtime
+
+if TYPE_CHECKING:
+    from jobwire.server.auth import Authenticator
 
 
 @dataclass(slots=True)
@@ -32,8 +37,12 @@ def _encode(text: str) -> bytes:
 class GearmanServer:
     """Listener state shared by its connections."""
 
-    def __init__(self, runtime: Runtime, options: GearmanOptions) -> None:
+    def __init__(
+        self, runtime: Runtime, options: GearmanOptions, auth: Authenticator | None = None
+    ) -> None:
         self.runtime = runtime
+        #: --auth: every connection gets a `gate.Gate` for its principal's roles.
+        self.auth = auth
         self.engine: Engine = runtime.engine
         self.options = options
         self.connections: dict[int, GearmanConnection] = {}
@@ -80,6 +89,22 @@ class GearmanServer:
         self._next_conn_id += 1
         self.connections[self._next_conn_id] = conn
         return self._next_conn_id
+
+    def guard(self, conn: GearmanConnection, transport: asyncio.BaseTransport) -> None:
+        """--auth: the principal of the TLS client certificate, if any, and the gate for it."""
+        from jobwire.server.gearman.gate import Gate
+
+        auth = self.auth
+        assert auth is not None
+        principal = None
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            principal = auth.by_certificate(ssl_object.getpeercert())
+        if principal is not None:
+            conn.principal = principal.name
+            if principal.is_admin:
+                return  # may send anything: no gate
+        conn.gate = Gate(conn, auth, principal)
 
     def connection_lost(self, conn: GearmanConnection) -> None:
         self.connections.pop(conn.conn_id, None)

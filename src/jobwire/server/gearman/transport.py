@@ -22,6 +22,7 @@ from jobwire.server.gearman.acks import Acks
 from jobwire.server.limits import IdleGuard
 
 if TYPE_CHECKING:
+    from jobwire.server.gearman.gate import Gate
     from jobwire.server.gearman.server import GearmanOptions, GearmanServer
 
 log = logging.getLogger("jobwire.gearman")
@@ -72,6 +73,9 @@ class Transport(Sink, asyncio.Protocol):
         #: it spoke (or idle connections may stay).
         self.idle: IdleGuard | None = None
         self.admitted = False  # counted in the runtime's connection table
+        #: With --auth: what this connection's principal may send (`gate.Gate`); None: all.
+        self.gate: Gate | None = None
+        self.principal = "-"  # the principal's name, once known
 
     # ------------------------------------------------------------ transport events
 
@@ -107,7 +111,11 @@ class Transport(Sink, asyncio.Protocol):
         self.reading = True
         self.now = 0.0
         try:
-            self.scanner.feed(data)
+            gate = self.gate
+            if gate is None:
+                self.scanner.feed(data)
+            else:
+                gate.feed(data)
         finally:
             self.reading = False
         if acks.count != count_before:

@@ -9,9 +9,13 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from zmq.auth.thread import ThreadAuthenticator
+
 import zmq
 from jobwire.ports import key_value_store
+from jobwire.server.auth import CLIENT, WORKER, Authenticator
 from jobwire.server.runtime import Runtime
+from jobwire.server.zmq.curve import CurveOptions, RoleCheck, start_authenticator
 from jobwire.server.zmq.freelance import FreelanceServer
 from jobwire.server.zmq.majordomo import MajordomoBroker
 from jobwire.server.zmq.pirate import PirateQueue
@@ -48,6 +52,10 @@ class ZmqOptions:
     wmp_heartbeat: float = 2.5
     wmp_lease: float = 300.0
     wmp_identity: str | None = None
+    #: --zmq-curve-secret: CURVE on every endpoint (`curve.CurveOptions`); None: off.
+    curve: CurveOptions | None = None
+    #: --auth: the principals whose CURVE keys name their roles (needs `curve`).
+    auth: Authenticator | None = None
 
 
 class ZmqServer:
@@ -62,6 +70,7 @@ class ZmqServer:
         self.wmp = WmpManager(runtime.engine, options, wmp_identity(options))
         self.router: RouterSocket | None = None
         self._timers: list[asyncio.TimerHandle] = []
+        self._authenticator: ThreadAuthenticator | None = None
 
     def _gated(self, handler: Handler) -> Handler:
         """The passive server of a Binary Star pair answers no ZeroMQ request
@@ -88,6 +97,12 @@ class ZmqServer:
         # round trip (bench/PERFORMANCE.md).
         runtime = self.runtime
         note_read = runtime.store.commit_if_idle if runtime.durable_store else None
+        curve = options.curve
+        roles = None
+        if curve is not None:
+            self._authenticator = start_authenticator(self.context, curve)
+            if options.auth is not None:
+                roles = RoleCheck(options.auth, self.router_send)
         if options.endpoint:
             self.router = RouterSocket(
                 self.context,
@@ -96,6 +111,8 @@ class ZmqServer:
                 self._gated(self.broker.handle),
                 max_message=options.max_message,
                 on_read=note_read,
+                curve=curve,
+                check=roles.majordomo if roles is not None else None,
             )
             log.info("jobwire listening on %s (zeromq: majordomo, titanic)", self.router.endpoint)
             self._every(options.heartbeat, self.broker.tick)
@@ -107,6 +124,8 @@ class ZmqServer:
                 self._gated(self.pirate.client_message),
                 max_message=options.max_message,
                 on_read=note_read,
+                curve=curve,
+                check=roles.fixed(CLIENT, "pirate frontend") if roles is not None else None,
             )
             self.pirate.backend = RouterSocket(
                 self.context,
@@ -115,6 +134,8 @@ class ZmqServer:
                 self._gated(self.pirate.worker_message),
                 max_message=options.max_message,
                 on_read=note_read,
+                curve=curve,
+                check=roles.fixed(WORKER, "pirate backend") if roles is not None else None,
             )
             log.info(
                 "jobwire listening on %s and %s (zeromq: paranoid pirate)",
@@ -132,6 +153,8 @@ class ZmqServer:
                 max_message=options.max_message,
                 identity=identity.encode(),
                 on_read=note_read,
+                curve=curve,
+                check=roles.fixed(CLIENT, "freelance") if roles is not None else None,
             )
             log.info(
                 "jobwire listening on %s (zeromq: freelance, identity %s)",
@@ -147,6 +170,8 @@ class ZmqServer:
                 self._gated(self.wmp.handle),
                 max_message=options.max_message,
                 on_read=note_read,
+                curve=curve,
+                check=roles.fixed(WORKER, "wmp") if roles is not None else None,
             )
             log.info("jobwire listening on %s (zeromq: wmp)", self.wmp.socket.endpoint)
             self._every(options.wmp_heartbeat, self.wmp.tick)
@@ -184,6 +209,8 @@ class ZmqServer:
         for sock in sockets:
             if sock is not None:
                 sock.close()
+        if self._authenticator is not None:
+            self._authenticator.stop()
         self.context.term()
 
 

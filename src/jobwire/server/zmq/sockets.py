@@ -22,12 +22,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from zmq.backend import Socket as _BackendSocket
 from zmq.backend import zmq_poll
 
 import zmq
+
+if TYPE_CHECKING:
+    from jobwire.server.zmq.curve import Check, CurveOptions
 
 log = logging.getLogger("jobwire.zmq")
 
@@ -57,11 +60,19 @@ class RouterSocket:
         max_message: int,
         identity: bytes | None = None,
         on_read: Callable[[], None] | None = None,
+        curve: CurveOptions | None = None,
+        check: Check | None = None,
     ) -> None:
         self.loop = loop
         self.handler = handler
         self.on_read = on_read
+        #: With CURVE and --auth: each message's sender key (its ZAP User-Id) is checked.
+        self.check = check
         sock = context.socket(zmq.ROUTER)
+        if curve is not None:
+            from jobwire.server.zmq.curve import make_curve_server
+
+            make_curve_server(sock, curve)
         sock.setsockopt(zmq.LINGER, 0)
         # A message larger than this closes the sender's connection (libzmq's rule).
         sock.setsockopt(zmq.MAXMSGSIZE, max_message)
@@ -82,6 +93,9 @@ class RouterSocket:
     def _readable(self) -> None:
         self._check_due = False
         if self.closed:
+            return
+        if self.check is not None:
+            self._read_checked()
             return
         sock = self.sock
         items = self._poll_items
@@ -107,6 +121,31 @@ class RouterSocket:
             except Exception:  # one bad message must not stop the socket
                 log.exception("handling a message on %s failed", self.endpoint)
         self._schedule_check()  # more may be waiting: go on after other callbacks
+
+    def _read_checked(self) -> None:
+        """`_readable` with a role check: frames as zmq.Frame, to read the sender's key."""
+        check = self.check
+        assert check is not None
+        for _ in range(BATCH):
+            try:
+                parts = self.sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            except zmq.ZMQError as exc:
+                log.debug("receive failed on %s: %s", self.endpoint, exc)
+                return
+            if self.on_read is not None:
+                self.on_read()
+            if len(parts) < 1:
+                continue
+            user_id = str(parts[0].get("User-Id") or "")
+            frames = [part.bytes for part in parts]
+            try:
+                if check(frames[0], frames[1:], user_id):
+                    self.handler(frames[0], frames[1:])
+            except Exception:
+                log.exception("handling a message on %s failed", self.endpoint)
+        self._schedule_check()
 
     def send(self, identity: bytes, frames: list[bytes]) -> None:
         """Send to a peer; dropped if the peer is gone or not reading (ROUTER's rule)."""
