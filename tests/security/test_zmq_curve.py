@@ -58,16 +58,20 @@ roles = ["admin"]
         f'    public-key = "{public.decode()}"\n'
         f'    secret-key = "{secret_key.decode()}"\n'
     )
-    freelance_port = free_port()
+    freelance_port, frontend, backend = free_port(), free_port(), free_port()
     server = start_jobwire(
         [
             "--auth", str(auth), "--zmq-curve-secret", str(secret),
             "--freelance-port", str(freelance_port), "--verbose", "WARNING",
+            "--ppp-frontend", f"tcp://127.0.0.1:{frontend}",
+            "--ppp-backend", f"tcp://127.0.0.1:{backend}",
         ],
         zmq=True,
         workdir=root,
     )  # fmt: skip
     server.extra["freelance_port"] = freelance_port
+    server.extra["ppp_frontend"] = f"tcp://127.0.0.1:{frontend}"
+    server.extra["ppp_backend"] = f"tcp://127.0.0.1:{backend}"
     yield server
     assert server.stop() == 0, server.log()
 
@@ -215,10 +219,62 @@ def test_freelance_serves_client_keys_and_drops_worker_keys(
     worker.connect(address)
     worker.send_multipart([b"PING"])
     # Freelance has no refusal: the message is dropped, and the server says so in its log.
-    end = time.monotonic() + DEADLINE_MS / 1000
-    while "freelance: refused a message of a key without the client role" not in (
-        curve_server.log()
-    ):
-        assert time.monotonic() < end, curve_server.log()
-        time.sleep(0.02)
+    wait_for_log(curve_server, "freelance: refused a message of a key without the client role")
     assert worker.poll(0) == 0
+
+
+def wait_for_log(server: ServerProcess, text: str) -> None:
+    end = time.monotonic() + DEADLINE_MS / 1000
+    while text not in server.log():
+        assert time.monotonic() < end, server.log()
+        time.sleep(0.02)
+
+
+def test_paranoid_pirate_roles_by_key(
+    curve_server: ServerProcess, keys: dict[str, tuple[bytes, bytes]], context: zmq.Context
+) -> None:  # type: ignore[type-arg]
+    frontend, backend = curve_server.extra["ppp_frontend"], curve_server.extra["ppp_backend"]
+    # Refused, dropped and logged: a client key on the backend, a worker key on the frontend.
+    intruder = dealer(context, curve_server, keys, "zclient")
+    intruder.connect(str(backend))
+    intruder.send_multipart([b"\x01"])
+    wait_for_log(curve_server, "pirate backend: refused a message of a key without the worker")
+    impostor = dealer(context, curve_server, keys, "zworker")
+    impostor.connect(str(frontend))
+    impostor.send_multipart([b"", b"from a worker key"])
+    wait_for_log(curve_server, "pirate frontend: refused a message of a key without the client")
+    # Allowed: the worker key serves the client key's request.
+    worker = dealer(context, curve_server, keys, "zworker")
+    worker.connect(str(backend))
+    worker.send_multipart([b"\x01"])  # READY
+    client = dealer(context, curve_server, keys, "zclient")
+    client.connect(str(frontend))
+    client.send_multipart([b"", b"hello"])
+    while True:
+        frames = worker.recv_multipart()
+        if len(frames) > 1:  # not a heartbeat
+            break
+    assert frames[-1] == b"hello"
+    worker.send_multipart([*frames[:-1], b"world"])
+    assert client.recv_multipart() == [b"", b"world"]
+    assert intruder.poll(0) == 0  # the refused client key was never given the job
+
+
+def test_a_clients_file_key_may_start_with_a_hash(
+    keys: dict[str, tuple[bytes, bytes]], tmp_path: Path
+) -> None:
+    from jobwire.server.zmq.curve import CurveOptions
+
+    secret = tmp_path / "server.key_secret"
+    public, secret_key = keys["server"]
+    secret.write_text(
+        f'curve\n    public-key = "{public.decode()}"\n    secret-key = "{secret_key.decode()}"\n'
+    )
+    hashed = "#" + "a" * 39
+    clients = tmp_path / "clients"
+    clients.write_text(f"# two keys\n{hashed}\n\n  {keys['zclient'][0].decode()}  \n")
+    loaded = CurveOptions.load(secret, clients, None)
+    assert loaded.clients == {hashed.encode(), keys["zclient"][0]}
+    clients.write_text("not a key\n")
+    with pytest.raises(ValueError, match="clients:1"):
+        CurveOptions.load(secret, clients, None)

@@ -5,8 +5,8 @@ Every ROUTER the server binds becomes a CURVE server with the key pair of
 `zmq.auth.create_certificates`). Which clients may connect is checked during the handshake by
 a ZAP handler (pyzmq's ThreadAuthenticator, in its own thread): the public keys of the
 --auth file's principals (`curve_public_key`) and of `--zmq-curve-clients FILE` (one Z85 key
-a line). With neither, any client key is accepted: the traffic is encrypted, nobody is
-authenticated.
+a line; other lines starting with `#` are comments). With neither, any client key is
+accepted: the traffic is encrypted, nobody is authenticated.
 
 With --auth, each message carries its sender's key (the ZAP User-Id), which names the
 principal; `RoleCheck` then lets a client key send client messages only (MDP client
@@ -61,12 +61,12 @@ class CurveOptions:
             keys.update(key.encode() for key in auth.curve_keys())
         if clients_file is not None:
             for number, line in enumerate(clients_file.read_text().splitlines(), 1):
-                text = line.split("#", 1)[0].strip()
-                if not text:
-                    continue
-                if len(text) != 40:
+                text = line.strip()
+                # Z85 keys may hold (and start with) "#": a 40-character word is a key.
+                if len(text) == 40 and not any(c.isspace() for c in text):
+                    keys.add(text.encode())
+                elif text and not text.startswith("#"):
                     raise ValueError(f"{clients_file}:{number}: not a 40-character Z85 key")
-                keys.add(text.encode())
         return cls(public, secret, frozenset(keys))
 
 
