@@ -279,8 +279,13 @@ class AsyncClient:
         priority: Priority,
         waiter: Callable[[Receipt], None],
     ) -> Receipt:
-        """The blocking Client's `submit_background`: write now, wait only for room."""
+        """The blocking Client's `submit_background`: written when it returns; waits only for
+        room (`max_unacked`), a connection, or retries under way."""
         receipt = self._pipeline(function, payload, unique, priority, waiter, True)
+        if self._drainer is not None:
+            # Queued behind a connection being opened (the first call) or retries: this
+            # loop runs only during calls, so see it written before returning.
+            await asyncio.shield(self._drainer)
         while self._unacked >= self.max_unacked:
             if self._room is None or self._room.done():
                 self._room = asyncio.get_running_loop().create_future()
