@@ -606,10 +606,10 @@ class Context:
         if system.family == "jobwire":
             cmd = [sys.executable, __file__, "_jobwire", "worker", self.server]
             cmd += ["--task", system.task, "--links", str(system.links), "--loop", system.loop]
-            return [[*cmd, "--slots", str(SLOTS // system.processes)]] * system.processes
+            return [[*cmd, "--slots", str(max(1, SLOTS // system.processes))]] * system.processes
         if system.family == "dramatiq":
             cmd = [str(peer / "dramatiq"), "e2e_peers", "--processes", str(system.processes)]
-            return [[*cmd, "--threads", str(SLOTS // system.processes), "--queues", QUEUE]]
+            return [[*cmd, "--threads", str(max(1, SLOTS // system.processes)), "--queues", QUEUE]]
         if system.family == "celery":
             pool = "threads" if system.name.endswith("threads") else "prefork"
             cmd = [str(peer / "celery"), "-A", "e2e_peers", "worker", "-P", pool]
@@ -1127,12 +1127,17 @@ def main() -> int:
     parser.add_argument(
         "--profile", action="store_true", help="py-spy both phases (bench/out/e2e/)"
     )
+    parser.add_argument(
+        "--slots", type=int, default=SLOTS, help="worker slots (concurrency) of every system"
+    )
     parser.add_argument("--list", action="store_true", help="describe the systems and exit")
     parser.add_argument("--setup-only", action="store_true", help="create the peers' venv only")
     args = parser.parse_args()
     if args.list:
         print(describe())
         return 0
+    global SLOTS
+    SLOTS = args.slots
     if args.quick:
         args.jobs, args.latency_jobs = 2_000, min(args.latency_jobs, 500)
         args.latency_budget = min(args.latency_budget, 15.0)
