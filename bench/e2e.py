@@ -1112,6 +1112,7 @@ def describe() -> str:
 
 
 def main() -> int:
+    global SLOTS
     if len(sys.argv) > 1 and sys.argv[1] == "_jobwire":
         return _jobwire_role(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -1136,7 +1137,6 @@ def main() -> int:
     if args.list:
         print(describe())
         return 0
-    global SLOTS
     SLOTS = args.slots
     if args.quick:
         args.jobs, args.latency_jobs = 2_000, min(args.latency_jobs, 500)
