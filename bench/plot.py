@@ -1,8 +1,8 @@
 """Throughput against worker concurrency, jobwire and its peers, from bench/e2e.py's rows.
 
     .venv/bin/pip install -e '.[bench]'           # matplotlib
-    for n in 1 4 16 64; do .venv/bin/python bench/e2e.py --slots $n --jobs 4000 \\
-        --systems jobwire-sqlite-plain,jobwire-sqlite,dramatiq-rabbitmq,celery-redis,rq-plain,arq; done
+    S=jobwire-sqlite-plain,jobwire-sqlite,dramatiq-rabbitmq,celery-redis,rq-plain,arq
+    for n in 1 4 16 64; do .venv/bin/python bench/e2e.py --slots $n --jobs 4000 --systems $S; done
     .venv/bin/python bench/plot.py                # -> docs/throughput-vs-concurrency.png
 
 Reads bench/out/e2e.jsonl (every run appends to it) and plots, for each system, jobs/s end
