@@ -315,20 +315,17 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def profile_push(procs: Any, pid: int, base: str, args: argparse.Namespace, workdir: Path) -> None:
-    """py-spy on the server while wrk pushes; the top functions by own time."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    raw = workdir / "push.txt"
-    prof = procs.spawn(
-        [spy, "record", "-p", str(pid), "-f", "raw", "-o", str(raw), "-r", "500", "--nonblocking"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    time.sleep(1)
-    wrk(base + "/ojs/v1/jobs", PUSH_BODY, args.duration, workdir)
-    procs.stop(prof)
-    from e2e import profile_summary
+    """py-spy on the server while wrk pushes; the top functions by own time and on stack."""
+    from e2e import profile_summary, py_spy
 
-    print(profile_summary(raw, top=25))
+    raw = workdir / "push.txt"
+    cmd = [*py_spy(raw), "--duration", str(args.duration), "--pid", str(pid)]
+    cmd.remove("--subprocesses")
+    prof = procs.spawn(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    time.sleep(0.5)
+    wrk(base + "/ojs/v1/jobs", PUSH_BODY, args.duration, workdir)
+    prof.wait(timeout=60)
+    print(profile_summary(raw, top=30))
 
 
 def _brief(row: dict[str, Any]) -> str:
@@ -400,8 +397,9 @@ def main() -> int:
     with open(OUT.parent / "ojs_http.jsonl", "a") as jsonl:
         for row in rows:
             jsonl.write(json.dumps({"machine": info, "args": vars(args)} | row) + "\n")
-    print()
-    print(table(rows))
+    if rows:
+        print()
+        print(table(rows))
     print(f"\n# load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
