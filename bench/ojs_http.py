@@ -247,6 +247,19 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         ojs = f"http://127.0.0.1:{hport}"
         ceiling = f"http://127.0.0.1:{ceiling_port}"
         targets = {"jobwire": (server, ojs), "hello": (hello, ceiling)}
+        if args.before:  # the same server from other sources (PYTHONPATH), interleaved
+            bport, bhttp = free_port(), free_port()
+            bstore = "memory" if args.store == "memory" else f"sqlite:{workdir / 'before.db'}"
+            bcmd = [sys.executable, "-m", "jobwire", "serve", "-L", "127.0.0.1"]
+            bcmd += ["--port", str(bport), "--http-port", str(bhttp), "--zmq-port", "0"]
+            bcmd += ["--store", bstore]
+            env = os.environ | {"PYTHONPATH": str(args.before)}
+            before = procs.spawn(bcmd, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env=env)
+            wait_http(bhttp, before)
+            targets["before"] = (before, f"http://127.0.0.1:{bhttp}")
+        order = [
+            (name, targets[name][1]) for name in ("hello", "jobwire", "before") if name in targets
+        ]
 
         def run(name: str, what: str, target: str, work: Any, per_request: int = 1) -> None:
             proc, _ = targets[target]
@@ -292,18 +305,20 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
             return work
 
         for _ in range(args.repeat):
-            for target, base in (("hello", ceiling), ("jobwire", ojs)):
+            for target, base in order:
                 path = "/ojs/v1/jobs"
                 run("push", "wrk, 16 conns", target, by_wrk(base, path, PUSH_BODY, 1))
-            for target, base in (("hello", ceiling), ("jobwire", ojs)):
+            for target, base in order:
                 path = "/ojs/v1/jobs/batch"
                 work = by_wrk(base, path, BATCH_BODY, BATCH)
                 run("push batch", f"wrk, {BATCH} jobs/request", target, work)
-            fill(ojs, args.fill)
-            for target, base in (("hello", ceiling), ("jobwire", ojs)):
+            for target, base in order:
+                if target != "hello":
+                    fill(base, args.fill)
+            for target, base in order:
                 work = by_gen("fetch-ack", base, args.duration, target)
                 run("fetch+ack", "aiohttp client, 16 workers", target, work)
-            for target, base in (("hello", ceiling), ("jobwire", ojs)):
+            for target, base in order:
                 work = by_gen("round-trip", base, args.trips, target)
                 run("round trip", "push, fetch, ack, GET", target, work)
         if args.profile:
@@ -346,31 +361,36 @@ def table(rows: list[dict[str, Any]]) -> str:
     ]
     names = dict.fromkeys(r["workload"] for r in rows)
     for name in names:
-        mine = [r for r in rows if r["workload"] == name and r["target"] == "jobwire"]
         ceil = [r for r in rows if r["workload"] == name and r["target"] == "hello"]
-        what = mine[0]["what"]
-        if "p50_us" in mine[0]:
-            m = statistics.median(r["p50_us"] for r in mine)
-            c = statistics.median(r["p50_us"] for r in ceil)
-            ratios = [a["p50_us"] / b["p50_us"] for a, b in zip(mine, ceil, strict=False)]
-            lines.append(
-                f"| {name} | {what} | p50 {m:,.0f} us | - | p50 {c:,.0f} us | {m / c:.2f}x "
-                f"| - | - | {len(mine)} ({min(ratios):.2f}-{max(ratios):.2f}) |"
-            )
-            continue
-        m = statistics.median(r["requests_per_s"] for r in mine)
-        jobs = statistics.median(r["jobs_per_s"] for r in mine)
-        c = statistics.median(r["requests_per_s"] for r in ceil)
-        cm = statistics.median(r["cpu_us_per_request"] for r in mine)
-        cc = statistics.median(r["cpu_us_per_request"] for r in ceil)
-        ratios = [
-            a["requests_per_s"] / b["requests_per_s"] for a, b in zip(mine, ceil, strict=False)
-        ]
-        lines.append(
-            f"| {name} | {what} | {m:,.0f} | {jobs:,.0f} | {c:,.0f} | {m / c:.0%} | {cm:,.0f} "
-            f"| {cc:,.0f} | {len(mine)} ({min(ratios):.0%}-{max(ratios):.0%}) |"
-        )
+        for target in ("jobwire", "before"):
+            mine = [r for r in rows if r["workload"] == name and r["target"] == target]
+            if mine:
+                lines.append(
+                    _table_row(name if target == "jobwire" else f"{name} (before)", mine, ceil)
+                )
     return "\n".join(lines)
+
+
+def _table_row(name: str, mine: list[dict[str, Any]], ceil: list[dict[str, Any]]) -> str:
+    what = mine[0]["what"]
+    if "p50_us" in mine[0]:
+        m = statistics.median(r["p50_us"] for r in mine)
+        c = statistics.median(r["p50_us"] for r in ceil)
+        ratios = [a["p50_us"] / b["p50_us"] for a, b in zip(mine, ceil, strict=False)]
+        return (
+            f"| {name} | {what} | p50 {m:,.0f} us | - | p50 {c:,.0f} us | {m / c:.2f}x "
+            f"| - | - | {len(mine)} ({min(ratios):.2f}-{max(ratios):.2f}) |"
+        )
+    m = statistics.median(r["requests_per_s"] for r in mine)
+    jobs = statistics.median(r["jobs_per_s"] for r in mine)
+    c = statistics.median(r["requests_per_s"] for r in ceil)
+    cm = statistics.median(r["cpu_us_per_request"] for r in mine)
+    cc = statistics.median(r["cpu_us_per_request"] for r in ceil)
+    ratios = [a["requests_per_s"] / b["requests_per_s"] for a, b in zip(mine, ceil, strict=False)]
+    return (
+        f"| {name} | {what} | {m:,.0f} | {jobs:,.0f} | {c:,.0f} | {m / c:.0%} | {cm:,.0f} "
+        f"| {cc:,.0f} | {len(mine)} ({min(ratios):.0%}-{max(ratios):.0%}) |"
+    )
 
 
 def main() -> int:
@@ -383,6 +403,11 @@ def main() -> int:
     parser.add_argument("--trips", type=int, default=500, help="round trips per measurement")
     parser.add_argument("--fill", type=int, default=60_000, help="jobs queued for fetch+ack")
     parser.add_argument("--profile", action="store_true", help="py-spy the server's push")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="a src/ directory of another revision: its server runs too, interleaved",
+    )
     args = parser.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is not installed (apt-get install wrk)")
