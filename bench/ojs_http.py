@@ -421,7 +421,7 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     with open(OUT.parent / "ojs_http.jsonl", "a") as jsonl:
         for row in rows:
-            jsonl.write(json.dumps({"machine": info, "args": vars(args)} | row) + "\n")
+            jsonl.write(json.dumps({"machine": info, "args": vars(args)} | row, default=str) + "\n")
     if rows:
         print()
         print(table(rows))
