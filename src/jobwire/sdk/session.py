@@ -283,6 +283,9 @@ class Session:
         self.name = conn.name
         self.timeout = timeout
         self.pending: deque[Pending] = deque()
+        #: Entries of `pending` for pipelined submissions (receipts): nobody waits on those
+        #: now, so they are no reason to busy-poll.
+        self.pipelined = 0
         self.listeners: dict[str, list[Listener]] = {}
         self._loop = asyncio.get_running_loop()
         self._watchdog: asyncio.TimerHandle | None = None
@@ -315,8 +318,9 @@ class Session:
         return self.conn.is_open
 
     def waiting(self) -> bool:
-        """A request is unanswered or a foreground job unfinished."""
-        return bool(self.pending or self.listeners)
+        """A request someone waits on is unanswered, or a foreground job unfinished (a
+        pipelined submission's acknowledgement is waited for at flush, not now)."""
+        return len(self.pending) > self.pipelined or bool(self.listeners)
 
     def expect(self, data: bytes, reply: PacketType) -> asyncio.Future[Packet]:
         """Send one request; the future gets its reply (or ServerUnavailable)."""
@@ -368,6 +372,8 @@ class Session:
         if not self.pending:
             raise ServerUnavailable(f"{self.name} sent {packet!r} unasked")
         expected, _, target, index, listener = self.pending.popleft()
+        if type(target) is Receipt:
+            self.pipelined -= 1
         if kind == _ERROR:
             code, text = (arg.decode("utf-8", "replace") for arg in packet.args)
             _resolve(target, index, ServerError(code, text))
@@ -398,6 +404,7 @@ class Session:
             self._watchdog.cancel()
             self._watchdog = None
         error = ServerUnavailable(f"lost connection to {self.name}: {self.conn.error}")
+        self.pipelined = 0
         while self.pending:
             _, _, target, index, _ = self.pending.popleft()
             _resolve(target, index, error)
@@ -415,6 +422,7 @@ class Session:
         else:
             self.conn.send(receipt.request.packet)
         self.pending.append((_JOB_CREATED, self._loop.time() + self.timeout, receipt, 0, None))
+        self.pipelined += 1
         if self._watchdog is None:
             self._watch()
 
