@@ -2,14 +2,14 @@
 
     .venv/bin/pip install -e '.[bench]'           # matplotlib
     S=jobwire-sqlite-plain,jobwire-sqlite,dramatiq-rabbitmq,celery-redis,rq-plain,arq
-    for n in 1 4 16 64; do .venv/bin/python bench/e2e.py --slots $n --jobs 4000 --systems $S; done
-    .venv/bin/python bench/plot.py                # -> docs/throughput-vs-concurrency.png
+    for n in 1 4 16 64; do .venv/bin/python bench/e2e.py --slots $n --jobs 3000 --systems $S; done
+    .venv/bin/python bench/plot.py --jobs 3000    # -> docs/throughput-vs-concurrency.png
 
 Reads bench/out/e2e.jsonl (every run appends to it) and plots, for each system, jobs/s end
 to end against the worker slots (`--slots`), taking the median of the rows of the latest
-jobwire revision that has them (`--rev` picks another; `--tail N` takes the file's last N rows
-instead, whatever their revision). Log scales: the systems differ by
-orders of magnitude.
+jobwire revision that has them (`--rev` picks another; `--tail N` takes the file's last N
+rows instead, whatever their revision, and `--jobs N` the rows of runs made with `--jobs N`).
+Log scales: the systems differ by orders of magnitude.
 """
 
 from __future__ import annotations
@@ -38,13 +38,17 @@ LABELS = {
 
 
 def load(
-    path: Path, rev: str | None, tail: int | None
+    path: Path, rev: str | None, tail: int | None, jobs: int | None
 ) -> tuple[dict[str, dict[int, float]], dict[str, object]]:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     if tail:
         rows = rows[-tail:]
+    if jobs:
+        rows = [r for r in rows if r["args"].get("jobs") == jobs]
     rows = [r for r in rows if r.get("jobs_per_s") and not r.get("error")]
-    if rev is None and not tail:  # the latest revision with rows at more than one concurrency
+    if (
+        rev is None and not tail and not jobs
+    ):  # the latest revision with rows at more than one concurrency
         for row in reversed(rows):
             same = {r["args"].get("slots", 16) for r in rows if _rev(r) == _rev(row)}
             if len(same) > 1:
@@ -73,7 +77,7 @@ def plot(medians: dict[str, dict[int, float]], machine: dict[str, object], out: 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
     order = [name for name in LABELS if name in medians]
     order += sorted(set(medians) - set(order))
     for system in order:
@@ -90,10 +94,10 @@ def plot(medians: dict[str, dict[int, float]], machine: dict[str, object], out: 
     title = "Throughput vs concurrency (bench/e2e.py)"
     if machine:
         title += f"\n{machine.get('cpus')} CPUs {machine.get('cpu')}, jobwire "
-        title += f"{machine.get('jobwire_rev')}, shared VM: compare lines, not absolutes"
+        title += f"{machine.get('jobwire_rev')}, a shared VM: compare the lines, not absolutes"
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)
@@ -106,8 +110,9 @@ def main() -> int:
     parser.add_argument("--output", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--rev", help="jobwire revision of the rows to plot (default: latest)")
     parser.add_argument("--tail", type=int, help="plot the last N rows of the file, any revision")
+    parser.add_argument("--jobs", type=int, help="only rows of runs with this --jobs, any revision")
     args = parser.parse_args()
-    medians, machine = load(args.input, args.rev, args.tail)
+    medians, machine = load(args.input, args.rev, args.tail, args.jobs)
     if not medians:
         raise SystemExit(f"no usable rows in {args.input}")
     for system, points in medians.items():
