@@ -337,14 +337,15 @@ class AsyncClient:
         other; put those whose connection was lost (`start` < 0) through the Lazy Pirate loop,
         from the next server on, and settle them with what it ends with."""
         if start >= 0:
+            sent = 0
             try:
                 session = await self._session(start % len(self.servers))
-            except ServerUnavailable:
-                pass  # the first attempt failed: on to the loop
-            else:
                 for receipt in receipts:
                     session.pipeline(receipt, True)
+                    sent += 1
                 return
+            except ServerUnavailable:  # the first attempt failed: on to the loop
+                receipts = receipts[sent:]  # those sent are settled by the connection's loss
         else:
             start = ~start
         for receipt in receipts:
