@@ -257,11 +257,13 @@ class AsyncClient:
         priority: Priority,
         waiter: Callable[[Receipt], None] | None,
         now: bool,
+        start: int | None = None,
     ) -> Receipt:
         if self._closed:
             raise ServerUnavailable("the client is closed")
         request = self._request(function, payload, unique, priority, True, None)
-        start = self._start(unique)
+        if start is None:
+            start = self._start(unique)
         receipt = Receipt(request, start, self._settled, waiter)
         self._unacked += 1
         session = self._sessions.get(start % len(self.servers))
@@ -271,6 +273,29 @@ class AsyncClient:
             self._retry(receipt)
         return receipt
 
+    def _pipeline_now(
+        self,
+        function: str,
+        payload: Any,
+        unique: str | None,
+        priority: Priority,
+        waiter: Callable[[Receipt], None],
+    ) -> Receipt | int | None:
+        """`_submit_pipelined` when it would not wait (connected to the server it picks,
+        nothing queued for retries, room in the window), without running the loop; else
+        the server picked (to pass on to `_submit_pipelined`), or None if none was."""
+        if self._closed or self._drainer is not None or self._unacked + 1 >= self.max_unacked:
+            return None  # (the slow path waits for room after sending, to stay below the cap)
+        start = self._start(unique)
+        session = self._sessions.get(start % len(self.servers))
+        if session is None or not session.alive:
+            return start
+        request = self._request(function, payload, unique, priority, True, None)
+        receipt = Receipt(request, start, self._settled, waiter)
+        session.pipeline(receipt, True)
+        self._unacked += 1
+        return receipt
+
     async def _submit_pipelined(
         self,
         function: str,
@@ -278,10 +303,11 @@ class AsyncClient:
         unique: str | None,
         priority: Priority,
         waiter: Callable[[Receipt], None],
+        start: int | None = None,
     ) -> Receipt:
         """The blocking Client's `submit_background`: written when it returns; waits only for
         room (`max_unacked`), a connection, or retries under way."""
-        receipt = self._pipeline(function, payload, unique, priority, waiter, True)
+        receipt = self._pipeline(function, payload, unique, priority, waiter, True, start)
         if self._drainer is not None:
             # Queued behind a connection being opened (the first call) or retries: this
             # loop runs only during calls, so see it written before returning.
@@ -659,6 +685,15 @@ class AsyncClient:
         return outcome
 
 
+#: The blocking Client's pipelined calls between two turns of its loop (which read the
+#: acknowledgements that came meanwhile).
+READ_EVERY = 32
+
+
+async def _nothing() -> None:
+    """One turn of the loop."""
+
+
 class Client:
     """The blocking twin of `AsyncClient`: same arguments, same methods, plain calls.
 
@@ -673,6 +708,7 @@ class Client:
 
     def __init__(self, servers: Iterable[str] = ("127.0.0.1:4730",), **options: Any) -> None:
         self._runner = CallerLoop()
+        self._since_read = 0  # pipelined calls since the loop last ran
         servers = list(servers)
 
         async def make() -> AsyncClient:
@@ -796,8 +832,27 @@ class Client:
             return self._call(
                 self._client.submit_background(function, payload, unique=unique, priority=priority)
             )
+        client = self._client
+        if self._runner.try_hold():
+            # The common case, connected and nothing queued: write the request without a
+            # turn of the loop (which costs more than the rest of the call); every
+            # READ_EVERY calls, one turn reads the acknowledgements that came meanwhile.
+            try:
+                sent = client._pipeline_now(function, payload, unique, priority, self._wait_for)
+            finally:
+                self._runner.release()
+            if isinstance(sent, Receipt):
+                self._since_read += 1
+                if self._since_read >= READ_EVERY:
+                    self._since_read = 0
+                    self._call(_nothing())
+                return sent
+            start = sent
+        else:
+            start = None
+        self._since_read = 0
         return self._call(
-            self._client._submit_pipelined(function, payload, unique, priority, self._wait_for)
+            client._submit_pipelined(function, payload, unique, priority, self._wait_for, start)
         )
 
     def _wait_for(self, receipt: Receipt) -> None:
