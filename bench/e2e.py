@@ -139,6 +139,7 @@ class System:
     processes: int = 1  # worker processes sharing the 16 slots (jobwire, dramatiq)
     loop: str = "asyncio"  # jobwire experiment: "uvloop" for the clients too (workers always)
     blocking: bool = False  # jobwire: the round trip through the blocking Client
+    plain: str = ""  # jobwire: the throughput client is a plain loop ("receipt" or "wait")
     env: tuple[tuple[str, str], ...] = ()
     default: bool = True
 
@@ -153,7 +154,44 @@ class System:
 
 _JW_CLIENT = "AsyncClient.submit_many(background=True), 1,000 per call"
 _JW_WAIT = "AsyncClient.submit (foreground: WORK_COMPLETE)"
+_JW_PLAIN = "with Client(...): Client.submit_background() in a for loop (pipelined; flush on exit)"
+_JW_PLAIN_WAIT = "Client.submit_background(wait=True) in a for loop (a round trip per job)"
+_JW_WORKER = "Worker(concurrency=16), async def task, 1 process (Worker.run: uvloop)"
 SYSTEMS: list[System] = [
+    System(
+        "jobwire-sqlite-plain",
+        "jobwire",
+        "jobwire (SQLite store, default)",
+        _JW_PLAIN,
+        _JW_WORKER,
+        "Client.submit (blocking; foreground: WORK_COMPLETE)",
+        store="sqlite",
+        blocking=True,
+        plain="receipt",
+    ),
+    System(
+        "jobwire-memory-plain",
+        "jobwire",
+        "jobwire --store memory",
+        _JW_PLAIN,
+        _JW_WORKER,
+        "Client.submit (blocking; foreground: WORK_COMPLETE)",
+        store="memory",
+        blocking=True,
+        plain="receipt",
+    ),
+    System(
+        "jobwire-sqlite-plain-wait",
+        "jobwire",
+        "jobwire (SQLite store, default)",
+        _JW_PLAIN_WAIT,
+        _JW_WORKER,
+        "Client.submit (blocking; foreground: WORK_COMPLETE)",
+        store="sqlite",
+        blocking=True,
+        plain="wait",
+        default=False,
+    ),
     System(
         "jobwire-memory",
         "jobwire",
@@ -300,6 +338,15 @@ SYSTEMS: list[System] = [
         "16 x rq worker (forks a work horse per job)",
         "job.latest_result(timeout) (XREAD BLOCK on the result stream)",
         env=(("E2E_KEY_BY_PARENT", "1"),),
+    ),
+    System(
+        "rq-plain",
+        "rq",
+        "Redis",
+        "Queue.enqueue() in a loop",
+        "16 x rq worker -w rq.worker.SimpleWorker",
+        "job.latest_result(timeout) (XREAD BLOCK on the result stream)",
+        env=(("E2E_RQ_PLAIN", "1"),),
     ),
     System(
         "rq-simple",
@@ -559,16 +606,17 @@ class Context:
         if system.family == "jobwire":
             cmd = [sys.executable, __file__, "_jobwire", "worker", self.server]
             cmd += ["--task", system.task, "--links", str(system.links), "--loop", system.loop]
-            return [[*cmd, "--slots", str(SLOTS // system.processes)]] * system.processes
+            return [[*cmd, "--slots", str(max(1, SLOTS // system.processes))]] * system.processes
         if system.family == "dramatiq":
             cmd = [str(peer / "dramatiq"), "e2e_peers", "--processes", str(system.processes)]
-            return [[*cmd, "--threads", str(SLOTS // system.processes), "--queues", QUEUE]]
+            return [[*cmd, "--threads", str(max(1, SLOTS // system.processes)), "--queues", QUEUE]]
         if system.family == "celery":
             pool = "threads" if system.name.endswith("threads") else "prefork"
             cmd = [str(peer / "celery"), "-A", "e2e_peers", "worker", "-P", pool]
             return [[*cmd, "-c", str(SLOTS), "-Q", QUEUE, "-l", "WARNING", "-n", "e2e@%h"]]
         if system.family == "rq":
-            cls = "rq.worker.SimpleWorker" if system.name == "rq-simple" else "rq.Worker"
+            simple = system.name in ("rq-simple", "rq-plain")
+            cls = "rq.worker.SimpleWorker" if simple else "rq.Worker"
             cmd = [str(peer / "rq"), "worker", "--url", self.redis_url, "-w", cls, QUEUE]
             return [[*cmd, "--name", f"e2e-{i}"] for i in range(SLOTS)]
         if system.family == "arq":
@@ -578,7 +626,8 @@ class Context:
     def client_command(self, system: System, *args: str) -> list[str]:
         if system.family == "jobwire":
             cmd = [sys.executable, __file__, "_jobwire", args[0], self.server, *args[1:]]
-            return [*cmd, "--loop", system.loop, *(["--blocking"] if system.blocking else [])]
+            cmd += ["--loop", system.loop, *(["--blocking"] if system.blocking else [])]
+            return [*cmd, *(["--plain", system.plain] if system.plain else [])]
         code = "import sys, e2e_peers; sys.exit(e2e_peers.main())"
         return [str(PEERS_PYTHON), "-c", code, *args]
 
@@ -853,6 +902,7 @@ def _jobwire_role(argv: list[str]) -> int:
     parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     parser.add_argument("--slots", type=int, default=SLOTS)
     parser.add_argument("--blocking", action="store_true", help="latency: the blocking Client")
+    parser.add_argument("--plain", choices=["receipt", "wait"], help="submit: a plain loop")
     args = parser.parse_args(argv)
     if args.loop == "uvloop":
         import uvloop
@@ -860,6 +910,9 @@ def _jobwire_role(argv: list[str]) -> int:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     if args.role == "worker":
         _jobwire_worker([args.server] * args.links, args.task, args.slots)
+        return 0
+    if args.role == "submit" and args.plain:
+        print(json.dumps(_jobwire_submit_plain(args)), flush=True)
         return 0
     if args.role == "latency" and args.blocking:
         print(json.dumps(_jobwire_latency_blocking(args)), flush=True)
@@ -911,6 +964,21 @@ async def _jobwire_submit(args: argparse.Namespace) -> dict[str, Any]:
             chunk = min(left, args.batch)
             await client.submit_many("noop", [b""] * chunk, background=True)
             left -= chunk
+        return {"t0": t0, "t_enqueued": time.monotonic(), "cpu_s": _cpu() - cpu0}
+
+
+def _jobwire_submit_plain(args: argparse.Namespace) -> dict[str, Any]:
+    """The loop a user writes: one `submit_background` per job, with the blocking Client."""
+    from jobwire import Client
+
+    wait = args.plain == "wait"
+    with Client([args.server]) as client:
+        client.status("H:e2e:none")  # opens the connection before the clock starts
+        cpu0, t0 = _cpu(), time.monotonic()
+        submit = client.submit_background
+        for _ in range(args.jobs):
+            submit("noop", b"", wait=wait)
+        client.flush()  # what leaving the `with` block does; timed here
         return {"t0": t0, "t_enqueued": time.monotonic(), "cpu_s": _cpu() - cpu0}
 
 
@@ -1044,6 +1112,7 @@ def describe() -> str:
 
 
 def main() -> int:
+    global SLOTS
     if len(sys.argv) > 1 and sys.argv[1] == "_jobwire":
         return _jobwire_role(sys.argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -1059,12 +1128,16 @@ def main() -> int:
     parser.add_argument(
         "--profile", action="store_true", help="py-spy both phases (bench/out/e2e/)"
     )
+    parser.add_argument(
+        "--slots", type=int, default=SLOTS, help="worker slots (concurrency) of every system"
+    )
     parser.add_argument("--list", action="store_true", help="describe the systems and exit")
     parser.add_argument("--setup-only", action="store_true", help="create the peers' venv only")
     args = parser.parse_args()
     if args.list:
         print(describe())
         return 0
+    SLOTS = args.slots
     if args.quick:
         args.jobs, args.latency_jobs = 2_000, min(args.latency_jobs, 500)
         args.latency_budget = min(args.latency_budget, 15.0)

@@ -12,6 +12,7 @@ imported. Every setting comes from the environment e2e.py passes down:
     E2E_AMQP_URL    amqp://guest:guest@127.0.0.1:5672/%2F
     E2E_QUEUE       the queue name (jobwire_e2e)
     E2E_ARQ_POLL    arq poll_delay in seconds, worker and result wait (unset: arq's 0.5 s)
+    E2E_RQ_PLAIN    rq: enqueue with Queue.enqueue() in a loop instead of enqueue_many
 
 Each no-op task does one thing: `record()` (bench/e2e.py), a 16-byte write into this
 process's shared-memory counter, which is how e2e.py sees the last completion without adding
@@ -41,6 +42,7 @@ REDIS_URL = os.environ.get("E2E_REDIS_URL", "redis://127.0.0.1:6379/13")
 AMQP_URL = os.environ.get("E2E_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
 QUEUE = os.environ.get("E2E_QUEUE", "jobwire_e2e")
 ARQ_POLL = float(os.environ["E2E_ARQ_POLL"]) if os.environ.get("E2E_ARQ_POLL") else None
+RQ_PLAIN = bool(os.environ.get("E2E_RQ_PLAIN"))
 WAIT_S = 30  # how long one submit-and-wait may take before the run is called broken
 
 
@@ -190,6 +192,11 @@ def submitter(n: int) -> Callable[[], None]:
         conn.ping()
         queue = Queue(QUEUE, connection=conn)
 
+        def plain() -> None:  # the plain loop: a MULTI/EXEC round trip per job
+            enqueue = queue.enqueue
+            for _ in range(n):
+                enqueue(noop)
+
         def go() -> None:  # enqueue_many: one pipeline per 1,000 jobs, RQ's bulk API
             left = n
             while left:
@@ -197,7 +204,7 @@ def submitter(n: int) -> Callable[[], None]:
                 queue.enqueue_many([Queue.prepare_data(noop) for _ in range(chunk)])
                 left -= chunk
 
-        return go
+        return plain if RQ_PLAIN else go
     if FAMILY == "arq":
         from arq import create_pool
 

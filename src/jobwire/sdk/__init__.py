@@ -11,11 +11,12 @@ from jobwire.sdk.errors import (
     JobException,
     JobFailed,
     JobwireError,
+    NotAcknowledged,
     ServerError,
     ServerUnavailable,
     Timeout,
 )
-from jobwire.sdk.session import Handle, JobStatus, Update
+from jobwire.sdk.session import Handle, JobStatus, Receipt, Update
 from jobwire.sdk.worker import Job, Worker, WorkerState
 
 if TYPE_CHECKING:
@@ -37,8 +38,10 @@ __all__ = [
     "JobFailed",
     "JobStatus",
     "JobwireError",
+    "NotAcknowledged",
     "OjsJob",
     "OjsWorker",
+    "Receipt",
     "Retry",
     "ServerError",
     "ServerUnavailable",

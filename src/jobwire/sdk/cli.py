@@ -289,11 +289,12 @@ def submit_command(
         with Client(servers or [DEFAULT_SERVER]) as client:
             if background:
                 click.echo(
-                    client.submit_background(
+                    client.submit_background(  # type: ignore[call-overload]
                         function,
                         payload,
                         unique=unique,
-                        priority=priority,  # type: ignore[arg-type]
+                        priority=priority,
+                        wait=True,
                     )
                 )
             else:

@@ -29,25 +29,28 @@ without a persistent queue does not).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import uuid
 import zlib
-from collections.abc import AsyncGenerator, Awaitable, Coroutine, Iterable, Iterator
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any, Literal, TypeVar, cast, overload
 
 from jobwire.protocols.gearman import PacketType, encode_request
 from jobwire.sdk.connection import format_address, parse_address
-from jobwire.sdk.errors import ServerUnavailable, Timeout
+from jobwire.sdk.errors import NotAcknowledged, ServerUnavailable, Timeout
 from jobwire.sdk.loops import CallerLoop
 from jobwire.sdk.payload import to_bytes
 from jobwire.sdk.session import (
+    _UNSET,
     MAX_UNIQUE,
     DataCallback,
     Handle,
     JobStatus,
     Listener,
     Priority,
+    Receipt,
     Request,
     Session,
     StatusCallback,
@@ -61,6 +64,9 @@ log = logging.getLogger("jobwire.sdk")
 
 T = TypeVar("T")
 P = PacketType
+#: Background submissions a blocking `Client` keeps unacknowledged before `submit_background`
+#: waits for the oldest (bounds its memory, as a Kafka producer's buffer does).
+MAX_UNACKED = 10_000
 #: Seconds a client busy-polls after a request or reply, by default: longer than a no-op job's
 #: round trip, short beside a job that does real work.
 BUSY_POLL = 200e-6
@@ -107,10 +113,14 @@ class AsyncClient:
         settle_delay: float | None = None,
         tls: TLSOption = None,
         token: str | None = None,
+        max_unacked: int = MAX_UNACKED,
     ) -> None:
         self.servers = [format_address(parse_address(server)) for server in servers]
         self.tls = client_context(tls)
         self.token = token
+        if max_unacked < 1:
+            raise ValueError("max_unacked must be at least 1")
+        self.max_unacked = max_unacked
         if not self.servers:
             raise ValueError("no servers given")
         # Binary Star: the pair, and the one of the two the client talks to now.
@@ -132,18 +142,60 @@ class AsyncClient:
         self._key = uuid.uuid4().hex.encode()
         self._keys = itertools.count()
         self._closed = False
+        # Pipelined background submissions (receipts): how many are not settled for good, the
+        # failed ones not reported by a flush yet, those waiting for a retry, and who waits.
+        self._unacked = 0
+        self._failed: list[Receipt] = []
+        self._to_retry: list[Receipt] = []
+        self._drained: asyncio.Future[None] | None = None
+        self._room: asyncio.Future[None] | None = None
+        self._drainer: asyncio.Future[None] | None = None
 
     async def __aenter__(self) -> AsyncClient:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+    async def __aexit__(self, kind: object, *exc: object) -> None:
+        await self.close(raise_unacknowledged=kind is None)
 
-    async def close(self) -> None:
-        """Close the connections; requests still in flight fail with ServerUnavailable."""
-        self._closed = True
-        sessions, self._sessions = list(self._sessions.values()), {}
-        await asyncio.gather(*(session.conn.close() for session in sessions))
+    async def close(self, *, raise_unacknowledged: bool = True) -> None:
+        """Wait for every pipelined submission's acknowledgement (see `flush`), then close the
+        connections; requests still in flight fail with ServerUnavailable. Raises
+        NotAcknowledged after closing if any submission failed (with `raise_unacknowledged`
+        false, as when leaving a `with` block on an exception, it logs them instead)."""
+        failure: NotAcknowledged | None = None
+        try:
+            if not self._closed:
+                await self.flush()
+        except NotAcknowledged as exc:
+            failure = exc
+        finally:
+            self._closed = True
+            sessions, self._sessions = list(self._sessions.values()), {}
+            await asyncio.gather(*(session.conn.close() for session in sessions))
+        if failure is not None:
+            if raise_unacknowledged:
+                raise failure
+            log.error("closing the client: %s", failure)
+
+    async def flush(self) -> None:
+        """Wait until every background submission sent without waiting
+        (`submit_background_nowait`, the blocking `Client.submit_background`) is acknowledged
+        (retried first where the client could not tell), then raise NotAcknowledged listing
+        those that failed since the last flush. Once it returns, every one of them was
+        acknowledged: on a durable server, every job is on disk."""
+        while self._unacked:
+            if self._drained is None or self._drained.done():
+                self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+        failed, self._failed = self._failed, []
+        if failed:
+            failures = [(receipt, cast(BaseException, receipt.outcome)) for receipt in failed]
+            raise NotAcknowledged(failures) from failures[0][1]
+
+    @property
+    def unacknowledged(self) -> int:
+        """Background submissions sent without waiting whose acknowledgement is still due."""
+        return self._unacked
 
     # ------------------------------------------------------------ submitting
 
@@ -181,10 +233,172 @@ class AsyncClient:
         unique: str | None = None,
         priority: Priority = "normal",
     ) -> Handle:
-        """Queue a job without waiting for it; returns its handle (see `status`)."""
+        """Queue a job without waiting for it to run, and wait for the server's
+        acknowledgement (JOB_CREATED: on a durable server, the job is on disk); returns its
+        handle (see `status`). One round trip and one group commit per call: to submit many
+        jobs, use `submit_background_nowait` + `flush`, `submit_many`, or concurrent calls."""
         request = self._request(function, payload, unique, priority, True, None)
         outcome = await self._execute([request], self._start(unique))
         return self._unwrap(outcome[0], Handle)
+
+    def submit_background_nowait(
+        self,
+        function: str,
+        payload: Any = b"",
+        *,
+        unique: str | None = None,
+        priority: Priority = "normal",
+    ) -> Receipt:
+        """Send a background job without waiting for its acknowledgement; returns a `Receipt`
+        (`await receipt` gives the handle). Submissions are pipelined on the connection, so
+        many of them share the server's group commits; `flush()` (and `close()`, and leaving
+        `async with`) waits for all of them and raises NotAcknowledged for any that failed. A
+        submission the connection lost before its acknowledgement is retried as `submit_many`'s
+        are (the same unique key, so the same server coalesces it). Jobs reach each server in
+        the order they were sent, except retried ones."""
+        return self._pipeline(function, payload, unique, priority, None, False)
+
+    def _pipeline(
+        self,
+        function: str,
+        payload: Any,
+        unique: str | None,
+        priority: Priority,
+        waiter: Callable[[Receipt], None] | None,
+        now: bool,
+        start: int | None = None,
+    ) -> Receipt:
+        if self._closed:
+            raise ServerUnavailable("the client is closed")
+        request = self._request(function, payload, unique, priority, True, None)
+        if start is None:
+            start = self._start(unique)
+        receipt = Receipt(request, start, self._settled, waiter)
+        self._unacked += 1
+        session = self._sessions.get(start % len(self.servers))
+        if session is not None and session.alive and self._drainer is None:
+            session.pipeline(receipt, now)
+        else:  # not connected yet, or retries under way: queue behind them, in order
+            self._retry(receipt)
+        return receipt
+
+    def _pipeline_now(
+        self,
+        function: str,
+        payload: Any,
+        unique: str | None,
+        priority: Priority,
+        waiter: Callable[[Receipt], None],
+    ) -> Receipt | int | None:
+        """`_submit_pipelined` when it would not wait (connected to the server it picks,
+        nothing queued for retries, room in the window), without running the loop; else
+        the server picked (to pass on to `_submit_pipelined`), or None if none was."""
+        if self._closed or self._drainer is not None or self._unacked + 1 >= self.max_unacked:
+            return None  # (the slow path waits for room after sending, to stay below the cap)
+        start = self._start(unique)
+        session = self._sessions.get(start % len(self.servers))
+        if session is None or not session.alive:
+            return start
+        request = self._request(function, payload, unique, priority, True, None)
+        receipt = Receipt(request, start, self._settled, waiter)
+        session.pipeline(receipt, True)
+        self._unacked += 1
+        return receipt
+
+    async def _submit_pipelined(
+        self,
+        function: str,
+        payload: Any,
+        unique: str | None,
+        priority: Priority,
+        waiter: Callable[[Receipt], None],
+        start: int | None = None,
+    ) -> Receipt:
+        """The blocking Client's `submit_background`: written when it returns; waits only for
+        room (`max_unacked`), a connection, or retries under way."""
+        receipt = self._pipeline(function, payload, unique, priority, waiter, True, start)
+        if self._drainer is not None:
+            # Queued behind a connection being opened (the first call) or retries: this
+            # loop runs only during calls, so see it written before returning.
+            await asyncio.shield(self._drainer)
+        while self._unacked >= self.max_unacked:
+            if self._room is None or self._room.done():
+                self._room = asyncio.get_running_loop().create_future()
+            await self._room
+        return receipt
+
+    def _settled(self, receipt: Receipt) -> None:
+        """A receipt's outcome came in: final, or a connection loss to retry (once through the
+        Lazy Pirate loop)."""
+        outcome = receipt.outcome
+        if isinstance(outcome, ServerUnavailable) and not receipt.retried and not self._closed:
+            receipt.outcome = _UNSET
+            receipt.retried = True
+            self._retry(receipt, sent=True)
+            return
+        self._unacked -= 1
+        if isinstance(outcome, BaseException):
+            self._failed.append(receipt)
+        if not self._unacked and self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        if self._room is not None and self._unacked < self.max_unacked and not self._room.done():
+            self._room.set_result(None)
+
+    def _retry(self, receipt: Receipt, sent: bool = False) -> None:
+        """Send `receipt` through the retry loop, after those already queued for it."""
+        if sent:
+            receipt.retried = True
+            receipt.start = ~receipt.start  # marks "the first attempt failed" for `_resend`
+        self._to_retry.append(receipt)
+        if self._drainer is None:
+            self._drainer = asyncio.ensure_future(self._drain())
+
+    async def _drain(self) -> None:
+        """Resend what waits for the retry loop, in the order it was submitted, one group (of
+        receipts for the same first server) at a time; new submissions queue behind it."""
+        try:
+            while self._to_retry:
+                receipts, self._to_retry = self._to_retry, []
+                groups: dict[int, list[Receipt]] = {}
+                for receipt in receipts:
+                    groups.setdefault(receipt.start, []).append(receipt)
+                for start, group in groups.items():
+                    await self._resend(start, group)
+        finally:
+            self._drainer = None
+
+    async def _resend(self, start: int, receipts: list[Receipt]) -> None:
+        """Send receipts not sent yet (`start` >= 0) once their server is connected, as any
+        other; put those whose connection was lost (`start` < 0) through the Lazy Pirate loop,
+        from the next server on, and settle them with what it ends with."""
+        if start >= 0:
+            sent = 0
+            try:
+                session = await self._session(start % len(self.servers))
+                for receipt in receipts:
+                    session.pipeline(receipt, True)
+                    sent += 1
+                return
+            except ServerUnavailable:  # the first attempt failed: on to the loop
+                receipts = receipts[sent:]  # those sent are settled by the connection's loss
+        else:
+            start = ~start
+        for receipt in receipts:
+            receipt.retried = True
+            receipt.start = start
+        requests = [receipt.request for receipt in receipts]
+        first: list[object] = [ServerUnavailable("the first attempt failed")] * len(requests)
+        outcomes: list[object]
+        try:
+            outcomes = await self._attempts(requests, start, first)
+        except Exception as exc:
+            outcomes = [exc] * len(requests)
+        except BaseException as exc:  # cancelled: the loop is going away
+            outcomes = [ServerUnavailable(f"submission abandoned: {exc!r}")] * len(requests)
+            raise
+        finally:
+            for receipt, outcome in zip(receipts, outcomes, strict=True):
+                receipt.settle(0, outcome)
 
     @overload
     async def submit_many(
@@ -277,8 +491,11 @@ class AsyncClient:
 
     # ------------------------------------------------------------ status
 
-    async def status(self, handle: str) -> JobStatus:
-        """GET_STATUS. A `Handle` is asked of its own server; a plain string of every server."""
+    async def status(self, handle: str | Receipt) -> JobStatus:
+        """GET_STATUS. A `Handle` is asked of its own server; a plain string of every server.
+        A `Receipt` is waited for first."""
+        if isinstance(handle, Receipt):
+            handle = await handle
         server = getattr(handle, "server", None)
         indexes = (
             [self.servers.index(server)] if server in self.servers else range(len(self.servers))
@@ -484,6 +701,15 @@ class AsyncClient:
         return outcome
 
 
+#: The blocking Client's pipelined calls between two turns of its loop (which read the
+#: acknowledgements that came meanwhile).
+READ_EVERY = 32
+
+
+async def _nothing() -> None:
+    """One turn of the loop."""
+
+
 class Client:
     """The blocking twin of `AsyncClient`: same arguments, same methods, plain calls.
 
@@ -498,6 +724,7 @@ class Client:
 
     def __init__(self, servers: Iterable[str] = ("127.0.0.1:4730",), **options: Any) -> None:
         self._runner = CallerLoop()
+        self._since_read = 0  # pipelined calls since the loop last ran
         servers = list(servers)
 
         async def make() -> AsyncClient:
@@ -514,14 +741,34 @@ class Client:
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, *exc: object) -> None:
+        self._close(raise_unacknowledged=kind is None)
 
     def close(self) -> None:
+        """`flush()`, then close the connections; raises NotAcknowledged (after closing) if a
+        background submission failed. Leaving the `with` block does the same, but when it is
+        left by an exception it logs the failures instead of raising over that exception."""
+        self._close(raise_unacknowledged=True)
+
+    def _close(self, raise_unacknowledged: bool) -> None:
         if self._runner.loop.is_closed():
             return
-        self._call(self._client.close())
-        self._runner.close()
+        try:
+            self._call(self._client.close(raise_unacknowledged=raise_unacknowledged))
+        finally:
+            self._runner.close()
+
+    def flush(self) -> None:
+        """Wait until every `submit_background` so far is acknowledged by the server (on a
+        durable server: on disk), then raise NotAcknowledged listing those that failed since
+        the last flush (refused, e.g. a full queue, or no server answered within the retries).
+        See `AsyncClient.flush`."""
+        self._call(self._client.flush())
+
+    @property
+    def unacknowledged(self) -> int:
+        """`submit_background` calls whose acknowledgement is still due."""
+        return self._client.unacknowledged
 
     @property
     def servers(self) -> list[str]:
@@ -553,6 +800,7 @@ class Client:
             )
         )
 
+    @overload
     def submit_background(
         self,
         function: str,
@@ -560,11 +808,77 @@ class Client:
         *,
         unique: str | None = None,
         priority: Priority = "normal",
-    ) -> Handle:
-        """See `AsyncClient.submit_background`."""
+        wait: Literal[False] = False,
+    ) -> Receipt: ...
+
+    @overload
+    def submit_background(
+        self,
+        function: str,
+        payload: Any = b"",
+        *,
+        unique: str | None = None,
+        priority: Priority = "normal",
+        wait: Literal[True],
+    ) -> Handle: ...
+
+    def submit_background(
+        self,
+        function: str,
+        payload: Any = b"",
+        *,
+        unique: str | None = None,
+        priority: Priority = "normal",
+        wait: bool = False,
+    ) -> Receipt | Handle:
+        """Queue a job without waiting for it to run.
+
+        By default the request is written at once and the call returns a `Receipt` without
+        waiting for the server's acknowledgement: a plain loop of calls is pipelined on the
+        connection (and shares the server's group commits). `flush()`, `close()` and leaving
+        the `with` block wait for every acknowledgement and raise NotAcknowledged for any
+        submission that failed; `receipt.result()` (or `.server`, `str(receipt)`) waits for
+        that one's handle. At most `max_unacked` (10,000) are outstanding: past that the call
+        waits for the oldest.
+
+        `wait=True`: the blocking call: wait for this job's own acknowledgement (one round
+        trip and one group commit) and return its `Handle`, raising if it failed.
+        """
+        if wait:
+            return self._call(
+                self._client.submit_background(function, payload, unique=unique, priority=priority)
+            )
+        client = self._client
+        if self._runner.try_hold():
+            # The common case, connected and nothing queued: write the request without a
+            # turn of the loop (which costs more than the rest of the call); every
+            # READ_EVERY calls, one turn reads the acknowledgements that came meanwhile.
+            try:
+                sent = client._pipeline_now(function, payload, unique, priority, self._wait_for)
+            finally:
+                self._runner.release()
+            if isinstance(sent, Receipt):
+                self._since_read += 1
+                if self._since_read >= READ_EVERY:
+                    self._since_read = 0
+                    self._call(_nothing())
+                return sent
+            start = sent
+        else:
+            start = None
+        self._since_read = 0
         return self._call(
-            self._client.submit_background(function, payload, unique=unique, priority=priority)
+            client._submit_pipelined(function, payload, unique, priority, self._wait_for, start)
         )
+
+    def _wait_for(self, receipt: Receipt) -> None:
+        """Run the loop until `receipt` is settled (its outcome is the caller's to read)."""
+
+        async def settled() -> None:
+            with contextlib.suppress(Exception):
+                await receipt
+
+        self._call(settled())
 
     def submit_many(
         self,
@@ -615,7 +929,7 @@ class Client:
             if not self._runner.loop.is_closed():
                 self._call(updates.aclose())
 
-    def status(self, handle: str) -> JobStatus:
+    def status(self, handle: str | Receipt) -> JobStatus:
         """See `AsyncClient.status`."""
         return self._call(self._client.status(handle))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class JobwireError(Exception):
     """Base class of every SDK error."""
@@ -46,6 +48,22 @@ class ServerError(JobwireError):
         super().__init__(f"{code}: {text}")
         self.code = code
         self.text = text
+
+
+class NotAcknowledged(JobwireError):
+    """`flush()` (or leaving the client's `with` block, or `close()`) found background
+    submissions that the server did not acknowledge: it refused them (`ServerError`, e.g. a
+    full queue) or no server answered within the retries (`ServerUnavailable`).
+
+    `failures` lists each one as (receipt, error), in submission order; the first error is also
+    the exception's `__cause__`. Jobs not listed were acknowledged (and so are durable on a
+    durable server). A `ServerUnavailable` one may still have been created (see `AsyncClient`).
+    """
+
+    def __init__(self, failures: Sequence[tuple[object, BaseException]]) -> None:
+        first = failures[0][1]
+        super().__init__(f"{len(failures)} submission(s) not acknowledged; the first: {first}")
+        self.failures = list(failures)
 
 
 class ServiceError(JobwireError):

@@ -107,6 +107,22 @@ class CallerLoop:
             future.cancel()
             raise
 
+    def try_hold(self) -> bool:
+        """Take the loop without running it, if no thread runs it now: for work that only
+        queues callbacks and writes to sockets (the loop's own thread rules hold, since no
+        other thread runs it meanwhile). True if taken; give it back with `release`."""
+        if self.loop.is_closed() or asyncio._get_running_loop() is not None:
+            return False
+        with self._turn:
+            if self._leading:
+                return False
+            self._leading = True
+            return True
+
+    def release(self) -> None:
+        """Give back a loop taken with `try_hold`."""
+        self._hand_over()
+
     def _hand_over(self) -> None:
         with self._turn:
             self._leading = False

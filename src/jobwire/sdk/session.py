@@ -15,9 +15,9 @@ import asyncio
 import logging
 import ssl
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from jobwire.protocols.gearman import Packet, PacketType, encode_request
 from jobwire.sdk.connection import Connection, parse_address
@@ -119,6 +119,83 @@ class Batch:
 _UNSET = object()
 
 
+class Receipt:
+    """A pipelined background submission (`Client.submit_background`,
+    `AsyncClient.submit_background_nowait`): sent at once, acknowledged later.
+
+    It resolves to the job's `Handle` when the server's JOB_CREATED arrives (on a durable
+    server: once the job is on disk), or to the error that ended it after the client's retries.
+    `done()` says whether it has; `result()` returns the handle or raises the error (from the
+    blocking `Client` it waits; from `AsyncClient` it raises RuntimeError if not resolved yet:
+    `await receipt` waits). `server` and `str()` are the handle's, waiting likewise, so code
+    written for the handle `submit_background` used to return keeps working.
+    """
+
+    __slots__ = ("_futures", "_on_settle", "_waiter", "outcome", "request", "retried", "start")
+
+    def __init__(
+        self,
+        request: Request,
+        start: int,
+        on_settle: Callable[[Receipt], None],
+        waiter: Callable[[Receipt], None] | None,
+    ) -> None:
+        self.request = request
+        self.start = start  # the server index it was sent to first
+        self.retried = False  # went through the client's Lazy Pirate retries
+        self.outcome: object = _UNSET
+        self._on_settle = on_settle
+        self._waiter = waiter
+        self._futures: list[asyncio.Future[None]] | None = None  # `await receipt` callers
+
+    def settle(self, index: int, outcome: object) -> None:
+        """Called by the session (as a one-request batch) with the JOB_CREATED handle or the
+        error; the client decides whether the error is final (see `AsyncClient`)."""
+        if self.outcome is _UNSET:
+            self.outcome = outcome
+            self._on_settle(self)  # may take a retryable error back (outcome unset again)
+            if self._futures and self.outcome is not _UNSET:
+                for future in self._futures:
+                    if not future.done():
+                        future.set_result(None)
+                self._futures = None
+
+    def done(self) -> bool:
+        return self.outcome is not _UNSET
+
+    def result(self) -> Handle:
+        """The handle, or the error raised; see the class docstring for waiting."""
+        if self.outcome is _UNSET:
+            if self._waiter is None:
+                raise RuntimeError("not acknowledged yet: await it, or await client.flush()")
+            self._waiter(self)
+        outcome = self.outcome
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert isinstance(outcome, Handle)
+        return outcome
+
+    def __await__(self) -> Generator[Any, None, Handle]:
+        while self.outcome is _UNSET:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            if self._futures is None:
+                self._futures = []
+            self._futures.append(future)
+            yield from future.__await__()
+        return self.result()
+
+    @property
+    def server(self) -> str:
+        return self.result().server
+
+    def __str__(self) -> str:
+        return str(self.result())
+
+    def __repr__(self) -> str:
+        state = "pending" if self.outcome is _UNSET else repr(self.outcome)
+        return f"<Receipt {state}>"
+
+
 class Listener:
     """A foreground job's WORK_* packets: callbacks for updates, its slot in a batch for the
     outcome."""
@@ -190,7 +267,9 @@ def submit_type(priority: Priority, background: bool) -> PacketType:
 # A pending reply: the packet type expected, by when (loop time), and who gets it: a future
 # (`expect`), or a batch and the request's place in it with the listener to attach (`run`),
 # or nobody (OPTION_REQ).
-Pending = tuple[PacketType, float, "asyncio.Future[Packet] | Batch | None", int, Listener | None]
+Pending = tuple[
+    PacketType, float, "asyncio.Future[Packet] | Batch | Receipt | None", int, Listener | None
+]
 
 
 class Session:
@@ -205,6 +284,9 @@ class Session:
         self.name = conn.name
         self.timeout = timeout
         self.pending: deque[Pending] = deque()
+        #: Entries of `pending` for pipelined submissions (receipts): nobody waits on those
+        #: now, so they are no reason to busy-poll.
+        self.pipelined = 0
         self.listeners: dict[str, list[Listener]] = {}
         self._loop = asyncio.get_running_loop()
         self._watchdog: asyncio.TimerHandle | None = None
@@ -245,8 +327,9 @@ class Session:
         return self.conn.is_open
 
     def waiting(self) -> bool:
-        """A request is unanswered or a foreground job unfinished."""
-        return bool(self.pending or self.listeners)
+        """A request someone waits on is unanswered, or a foreground job unfinished (a
+        pipelined submission's acknowledgement is waited for at flush, not now)."""
+        return len(self.pending) > self.pipelined or bool(self.listeners)
 
     def expect(self, data: bytes, reply: PacketType) -> asyncio.Future[Packet]:
         """Send one request; the future gets its reply (or ServerUnavailable)."""
@@ -298,13 +381,15 @@ class Session:
         if not self.pending:
             raise ServerUnavailable(f"{self.name} sent {packet!r} unasked")
         expected, _, target, index, listener = self.pending.popleft()
+        if type(target) is Receipt:
+            self.pipelined -= 1
         if kind == _ERROR:
             code, text = (arg.decode("utf-8", "replace") for arg in packet.args)
             _resolve(target, index, ServerError(code, text))
             return
         if kind != expected:
             raise ServerUnavailable(f"{self.name} sent {packet!r} instead of {expected.name}")
-        if not isinstance(target, Batch):
+        if not isinstance(target, (Batch, Receipt)):
             _resolve(target, index, packet)
             return
         handle = packet.args[0].decode("utf-8", "surrogateescape")
@@ -328,6 +413,7 @@ class Session:
             self._watchdog.cancel()
             self._watchdog = None
         error = ServerUnavailable(f"lost connection to {self.name}: {self.conn.error}")
+        self.pipelined = 0
         while self.pending:
             _, _, target, index, _ = self.pending.popleft()
             _resolve(target, index, error)
@@ -335,6 +421,19 @@ class Session:
             for listener in listeners:
                 listener.lost(error)
         self.listeners.clear()
+
+    def pipeline(self, receipt: Receipt, now: bool) -> None:
+        """Send one background submission without waiting: its JOB_CREATED (or ERROR, or the
+        connection's loss) settles `receipt`. `now`: write at once, else with the rest of this
+        loop turn's output. ServerUnavailable if the connection is closed."""
+        if now:
+            self.conn.write(receipt.request.packet)
+        else:
+            self.conn.send(receipt.request.packet)
+        self.pending.append((_JOB_CREATED, self._loop.time() + self.timeout, receipt, 0, None))
+        self.pipelined += 1
+        if self._watchdog is None:
+            self._watch()
 
     async def run(self, requests: list[Request], timeout: float | None = None) -> list[object]:
         """Submit `requests` in one write; each outcome is the result (foreground), a Handle
@@ -371,9 +470,11 @@ def _unrouted(packet: Packet) -> None:
     raise ServerUnavailable(f"unexpected {packet!r} before the session was set up")
 
 
-def _resolve(target: asyncio.Future[Packet] | Batch | None, index: int, outcome: object) -> None:
+def _resolve(
+    target: asyncio.Future[Packet] | Batch | Receipt | None, index: int, outcome: object
+) -> None:
     """Hand a direct reply, or the exception that replaces it, to whoever waits for it."""
-    if isinstance(target, Batch):
+    if isinstance(target, (Batch, Receipt)):
         target.settle(index, outcome)
     elif target is not None and not target.done():
         if isinstance(outcome, BaseException):

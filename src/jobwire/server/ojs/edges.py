@@ -53,6 +53,13 @@ def is_json(content_type: str) -> bool:
 @web.middleware
 async def json_only(request: web.Request, handler: Handler) -> web.StreamResponse:
     """415 for a non-JSON Content-Type on a request that may carry a body."""
+    refuse_non_json(request)
+    response: web.StreamResponse = await handler(request)
+    return response
+
+
+def refuse_non_json(request: web.Request) -> None:
+    """OJSError 415 for a non-JSON Content-Type on an OJS request that may carry a body."""
     if (
         request.method in _BODY_METHODS
         and request.path.startswith("/ojs/")
@@ -65,8 +72,6 @@ async def json_only(request: web.Request, handler: Handler) -> web.StreamRespons
             "application/openjobspec+json or application/json",
             status=415,
         )
-    response: web.StreamResponse = await handler(request)
-    return response
 
 
 class Cors:

@@ -45,20 +45,33 @@ async def ojs_middleware(request: web.Request, handler: Any) -> web.StreamRespon
     request_id = request.headers.get("X-Request-Id") or f"req_{uuid7()}"
     try:
         response: web.StreamResponse = await handler(request)
-    except OJSError as exc:
-        response = reply(error_body(exc, request_id), exc.status, exc.headers)
-    except web.HTTPException as exc:
+    except Exception as exc:
+        response = failure_reply(request, exc, request_id)
+    return finish_reply(response, request_id)
+
+
+def failure_reply(request: web.Request, exc: Exception, request_id: str) -> web.Response:
+    """The OJS error reply for what a handler raised (call it in the `except` block: an
+    unexpected exception is logged with its traceback)."""
+    if isinstance(exc, OJSError):
+        return reply(error_body(exc, request_id), exc.status, exc.headers)
+    if isinstance(exc, web.HTTPException):
         code = http_error_code(exc.status)
         error = OJSError(code, exc.reason or code, status=exc.status)
         response = reply(error_body(error, request_id), exc.status)
         if exc.status == 405 and "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]
-    except Exception:
-        log.exception("OJS request %s %s failed", request.method, request.path)
-        error = OJSError("backend_error", "internal error", status=500, retryable=True)
-        response = reply(error_body(error, request_id), 500)
-    response.headers["OJS-Version"] = SPEC_VERSION
-    response.headers["X-Request-Id"] = request_id
+        return response
+    log.exception("OJS request %s %s failed", request.method, request.path)
+    error = OJSError("backend_error", "internal error", status=500, retryable=True)
+    return reply(error_body(error, request_id), 500)
+
+
+def finish_reply(response: web.StreamResponse, request_id: str) -> web.StreamResponse:
+    """The headers every OJS reply carries."""
+    headers = response.headers
+    headers["OJS-Version"] = SPEC_VERSION
+    headers["X-Request-Id"] = request_id
     return response
 
 
