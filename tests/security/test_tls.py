@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from jobwire.sdk import AsyncClient, Client, Worker
-from jobwire.sdk.errors import ServerUnavailable
+from jobwire.sdk.errors import NotAcknowledged, ServerUnavailable
 from tests.security.conftest import SUBJECTS, TOKENS
 from tests.security.http_util import call
 from tests.security.pki import PKI
@@ -84,8 +84,13 @@ def test_plain_gearman_is_not_served_on_a_tls_port(tls_server: ServerProcess) ->
 def test_an_untrusted_server_certificate_fails_the_sdk(tls_server: ServerProcess) -> None:
     client = Client([tls_server.address], tls=ssl.create_default_context(), retries=0)
     try:
-        with pytest.raises(ServerUnavailable):
-            client.submit_background("x", b"y")
+        with pytest.raises(ServerUnavailable, match="certificate"):
+            client.submit_background("x", b"y", wait=True)
+        # A pipelined submission fails the same way, at flush.
+        client.submit_background("x", b"y")
+        with pytest.raises(NotAcknowledged) as refused:
+            client.flush()
+        assert isinstance(refused.value.failures[0][1], ServerUnavailable)
     finally:
         client.close()
 

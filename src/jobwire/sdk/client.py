@@ -620,13 +620,13 @@ class AsyncClient:
         if first:
             outcomes = first
             todo = [i for i, outcome in enumerate(first) if isinstance(outcome, ServerUnavailable)]
+            if todo:  # what the first attempt met, should no retry follow (`retries=0`)
+                error = cast(ServerUnavailable, first[todo[0]])
         else:
             outcomes = [None] * len(requests)
             todo = list(range(len(requests)))
         for attempt in range(1 if first else 0, self.retries + 1):
             if attempt:
-                if todo and error is None:  # the first attempt failed in `_execute`
-                    error = cast(ServerUnavailable, outcomes[todo[0]])
                 if self._closed:
                     raise ServerUnavailable("the client was closed")
                 log.warning(

@@ -122,11 +122,10 @@ async def serve_http(
     app[BODY_TIMEOUT] = limits.http_body_timeout
     if security is not None and (security.auth is not None or security.rate):
         from jobwire.server.ojs.guard import Guard
-        from jobwire.server.ojs.http import ojs_middleware
 
-        # Inside the error middleware, so that a refusal is an OJS error body.
+        # Inside the edges middleware, so that a refusal is an OJS error body.
         app.middlewares.insert(
-            list(app.middlewares).index(ojs_middleware) + 1, Guard(security).middleware
+            list(app.middlewares).index(ojs.edges_middleware) + 1, Guard(security).middleware
         )
     # Malformed HTTP that aiohttp's parser refuses is answered with an OJS error body too.
     runner = OJSAppRunner(

@@ -329,6 +329,11 @@ class OJSService:
             response = failure_reply(request, exc, request_id)
         return finish_reply(response, request_id)
 
+    @property
+    def edges_middleware(self) -> Any:
+        """The middleware that makes failures OJS error bodies (others go inside it)."""
+        return self._edges
+
     def job(self, job_id: str) -> Job:
         job = self.engine.jobs.get(job_id) or self.dead_letter.get(job_id)
         if job is None:
