@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,7 @@ from jobwire.protocols.gearman.packets import PacketType as T
 from jobwire.sdk import AsyncClient, Worker
 from jobwire.sdk.errors import AuthenticationFailed, ServerUnavailable
 from tests.security.conftest import TOKENS
-from tests.servers import ServerProcess
+from tests.servers import ServerProcess, start_jobwire
 
 DEADLINE = 30.0
 
@@ -190,3 +191,26 @@ def test_sdk_client_and_worker_authenticate_with_their_tokens(authed: ServerProc
             await running
 
     asyncio.run(main())
+
+
+def test_the_idle_timeout_closes_only_connections_that_did_not_authenticate(
+    auth_file: Path,
+) -> None:
+    """With --auth, bytes alone do not keep a connection: a half-sent packet is closed after
+    the idle timeout (ERROR IDLE_TIMEOUT), an authenticated silent one is not."""
+    server = start_jobwire(["--auth", str(auth_file), "--idle-timeout", "1"])
+    try:
+        silent = Raw(server)
+        silent.login("runner")
+        lurker = Raw(server)
+        lurker.send(b"\0RE")  # a packet begun, never finished
+        kind, args = lurker.reply()
+        assert (kind, args[0]) == (T.ERROR, b"IDLE_TIMEOUT")
+        assert lurker.closed()
+        # Opened before the lurker and silent since: still served.
+        silent.send(packet(T.ECHO_REQ, b"here"))
+        assert silent.reply() == (T.ECHO_RES, [b"here"])
+        silent.close()
+        lurker.close()
+    finally:
+        assert server.stop() == 0, server.log()

@@ -4,6 +4,7 @@ per-principal request rate."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -233,3 +234,42 @@ def test_ojs_worker_runs_a_job_with_its_token(authed: ServerProcess) -> None:
             await serving
 
     asyncio.run(scenario())
+
+
+def test_the_idle_timeout_spares_only_authenticated_http_connections(auth_file: Path) -> None:
+    """With --auth, a keep-alive connection that only read a public route is closed after the
+    idle timeout (408); one that authenticated stays."""
+    server = start_jobwire(
+        ["--auth", str(auth_file), "--idle-timeout", "1", "--http-header-timeout", "0"],
+        http=True,
+    )
+
+    def get(sock: socket.socket, path: str, token: str | None = None) -> bytes:
+        auth = f"Authorization: Bearer {token}\r\n" if token else ""
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n{auth}\r\n".encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, "closed before a reply"
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        while len(body) < length:
+            body += sock.recv(65536)
+        return head.split(b"\r\n")[0]
+
+    address = ("127.0.0.1", server.http_port)
+    try:
+        with (
+            socket.create_connection(address, timeout=30) as member,
+            socket.create_connection(address, timeout=30) as visitor,
+        ):
+            assert b" 200 " in get(member, "/ojs/v1/queues", TOKENS["submitter"])
+            assert b" 200 " in get(visitor, "/ojs/v1/health")
+            rest = b""
+            while chunk := visitor.recv(65536):  # the server closes it, after a 408
+                rest += chunk
+            assert b" 408 " in rest
+            assert b" 200 " in get(member, "/ojs/v1/queues", TOKENS["submitter"])
+    finally:
+        assert server.stop() == 0, server.log()

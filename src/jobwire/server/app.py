@@ -202,6 +202,9 @@ class Server:
         store.start()
         runtime = Runtime(engine, loop, config.busy_poll, store)
         runtime.connections = ConnectionTable(config.limits)
+        if config.security.auth is not None:
+            # The idle timeout then closes a connection until it authenticates, whatever it sends.
+            runtime.connections.settle_on_data = False
         bstar = None
         if config.bstar:
             from jobwire.server.bstar import BinaryStarNode

@@ -193,6 +193,7 @@ class Gate:
             return
         self.principal = principal
         conn.principal = principal.name
+        conn.settle_idle()
         conn.send(_option_res_auth())
 
     def _refuse(self, kind: int, role: str | None) -> None:

@@ -102,6 +102,7 @@ class GearmanServer:
             principal = auth.by_certificate(ssl_object.getpeercert())
         if principal is not None:
             conn.principal = principal.name
+            conn.settle_idle()
             if principal.is_admin:
                 return  # may send anything: no gate
         conn.gate = Gate(conn, auth, principal)

@@ -150,6 +150,12 @@ class Transport(Sink, asyncio.Protocol):
         if self.transport is not None and not self.closing:
             self.transport.resume_reading()
 
+    def settle_idle(self) -> None:
+        """Authenticated: the idle timeout for unauthenticated connections no longer applies."""
+        if self.idle is not None:
+            self.idle.settle()
+            self.idle = None
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         if self.idle is not None:

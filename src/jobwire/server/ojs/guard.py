@@ -138,6 +138,9 @@ class Guard:
                     )
                 request[PRINCIPAL] = principal
                 key = principal.name
+                settle = getattr(request.protocol, "settle", None)
+                if settle is not None:  # authenticated: the idle timeout no longer applies
+                    settle()
         limiter = self.limiter
         if limiter is not None:
             wait = limiter.take(key)
