@@ -12,6 +12,7 @@ after the last snapshot.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,30 @@ JOB_EVENTS = (
     "job.discarded",
     "job.cancelled",
 )
+
+
+#: Upper bounds (seconds) of the wait and run time histograms' buckets; one more counts the
+#: rest (`Histogram`).
+TIME_BUCKETS: tuple[float, ...] = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+)  # fmt: skip
+
+
+class Histogram:
+    """Observations counted per bucket (not cumulative: the exporter adds them up), and
+    their sum: one C bisection and two additions per observation."""
+
+    __slots__ = ("bounds", "counts", "total")
+
+    def __init__(self, bounds: tuple[float, ...] | None = None) -> None:
+        self.bounds: tuple[float, ...] = TIME_BUCKETS if bounds is None else bounds
+        self.counts: list[int] = [0] * (len(self.bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +95,13 @@ class EventLog:
         self._priorities: list[int] = [0] * size
         self._workers: list[str | None] = [None] * size
         self._records: list[Event | None] = [None] * size  # None: a job event
-        #: Job events by type and queue since start (metrics): one increment per event.
-        self.counts: dict[str, dict[str, int]] = {name: {} for name in JOB_EVENTS}
+        #: Job events by type, queue and function since start (metrics): one increment per
+        #: event.
+        self.counts: dict[str, dict[str, dict[str, int]]] = {name: {} for name in JOB_EVENTS}
+        #: Seconds from submission to a worker, per attempt.
+        self.wait_times = Histogram()
+        #: Seconds from a worker taking a job to its end (completed, failed, retried).
+        self.run_times = Histogram()
 
     def __len__(self) -> int:
         return self._held
@@ -86,7 +116,18 @@ class EventLog:
         per_queue = self.counts.get(event)
         if per_queue is not None:
             queue = job.queue or ""
-            per_queue[queue] = per_queue.get(queue, 0) + 1
+            per_function = per_queue.get(queue)
+            if per_function is None:
+                per_function = per_queue[queue] = {}
+            function = job.function
+            per_function[function] = per_function.get(function, 0) + 1
+            started = job.started_at
+            if started is not None:
+                if event == "job.started":
+                    self.wait_times.observe(started - job.created_at)
+                elif event != "job.enqueued" and event != "job.scheduled":
+                    finished = job.finished_at
+                    self.run_times.observe((finished or self.clock()) - started)
         if not self.capacity:
             return
         slot = self._next

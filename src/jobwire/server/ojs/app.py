@@ -156,6 +156,9 @@ class OJSService:
         )
         self.workflows = Workflows(self, kv)
         engine.event_log = self.events
+        from jobwire.server.ojs.observability import make_registry
+
+        self.metrics_registry, self.metrics = make_registry(self)
         engine.finish_observers.append(self._job_finished)
         self._recover()
 

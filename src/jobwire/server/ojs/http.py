@@ -4,6 +4,7 @@ parsing. Every failure leaves as an OJS error body; nothing here knows the engin
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import Any
 
 import msgspec
@@ -20,6 +21,9 @@ log = logging.getLogger("jobwire.ojs")
 
 CONTENT_TYPE = "application/openjobspec+json"
 BASE = "/ojs/v1"
+#: Errors answered over HTTP, by OJS error code ("http_" ahead; metrics), and other kinds
+#: that other parts of the server count here.
+ERRORS: Counter[str] = Counter()
 
 
 def reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -45,14 +49,17 @@ async def ojs_middleware(request: web.Request, handler: Any) -> web.StreamRespon
     try:
         response: web.StreamResponse = await handler(request)
     except OJSError as exc:
+        ERRORS["http_" + exc.code] += 1
         response = reply(error_body(exc, request_id), exc.status, exc.headers)
     except web.HTTPException as exc:
         code = http_error_code(exc.status)
+        ERRORS["http_" + code] += 1
         error = OJSError(code, exc.reason or code, status=exc.status)
         response = reply(error_body(error, request_id), exc.status)
         if exc.status == 405 and "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]
     except Exception:
+        ERRORS["http_internal"] += 1
         log.exception("OJS request %s %s failed", request.method, request.path)
         error = OJSError("backend_error", "internal error", status=500, retryable=True)
         response = reply(error_body(error, request_id), 500)
