@@ -88,6 +88,7 @@ def test_every_page_escapes_queue_names_and_payloads(
     job_page = browser.get(f"/ui/jobs/{quote(handle, safe='')}").text
     assert str(escape(EVIL_PAYLOAD)) in job_page
     assert "gearman" in job_page
+    assert "Errors, by attempt" in browser.get(f"/ui/jobs/{dead}").text
     dead_page = browser.get("/ui/jobs?list=dead").text
     assert dead in dead_page
     assert str(escape(f"boom: {EVIL_PAYLOAD}")) in dead_page

@@ -644,6 +644,7 @@ class Dashboard:
             payload=payload,
             result=preview(job.result),
             error=preview(job.error),
+            history=[error_text(e)[:PREVIEW] for e in (job.ext or {}).get("errors") or []],
             progress=job.progress,
             max_attempts=job.max_attempts,
             started_at=job.started_at,
