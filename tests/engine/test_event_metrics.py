@@ -31,5 +31,18 @@ def test_events_are_counted_by_queue_and_function_with_wait_and_run_times() -> N
     assert log.counts["job.enqueued"] == {"images": {"resize": 1}, "other": {"other": 1}}
     assert log.counts["job.started"] == {"images": {"resize": 1}}
     assert log.counts["job.completed"] == {"images": {"resize": 1}}
+    assert log.started_by_protocol == {"test": 1}
     assert sum(log.wait_times.counts) == 1 and abs(log.wait_times.total - 2.0) < 1e-6
     assert sum(log.run_times.counts) == 1 and abs(log.run_times.total - 0.3) < 1e-6
+
+
+def test_a_job_discarded_before_it_ran_counts_as_expired() -> None:
+    harness = Harness()
+    engine = harness.engine
+    log = EventLog(100, clock=harness.clock)
+    engine.event_log = log
+    job, _ = engine.submit("late", b"x")
+    engine.expire(job)
+    assert log.counts["job.expired"] == {"late": {"late": 1}}
+    assert log.counts["job.discarded"] == {}
+    assert [e.type for e in log.query()][-1] == "job.discarded"  # the log keeps its name

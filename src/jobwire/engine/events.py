@@ -97,7 +97,11 @@ class EventLog:
         self._records: list[Event | None] = [None] * size  # None: a job event
         #: Job events by type, queue and function since start (metrics): one increment per
         #: event.
-        self.counts: dict[str, dict[str, dict[str, int]]] = {name: {} for name in JOB_EVENTS}
+        self.counts: dict[str, dict[str, dict[str, int]]] = {
+            name: {} for name in (*JOB_EVENTS, "job.expired")
+        }
+        #: Jobs handed to a worker, by the worker's protocol.
+        self.started_by_protocol: dict[str, int] = {}
         #: Seconds from submission to a worker, per attempt.
         self.wait_times = Histogram()
         #: Seconds from a worker taking a job to its end (completed, failed, retried).
@@ -113,7 +117,10 @@ class EventLog:
 
     def observe(self, event: str, job: Job) -> None:
         """Record a job event (`Engine.event_log`; this runs for every job)."""
-        per_queue = self.counts.get(event)
+        kind = event
+        if kind == "job.discarded" and not job.attempts:
+            kind = "job.expired"  # discarded before it ever ran (counted apart; logged as is)
+        per_queue = self.counts.get(kind)
         if per_queue is not None:
             queue = job.queue or ""
             per_function = per_queue.get(queue)
@@ -125,6 +132,11 @@ class EventLog:
             if started is not None:
                 if event == "job.started":
                     self.wait_times.observe(started - job.created_at)
+                    worker = job.worker
+                    if worker is not None:
+                        by_protocol = self.started_by_protocol
+                        protocol = worker.protocol
+                        by_protocol[protocol] = by_protocol.get(protocol, 0) + 1
                 elif event != "job.enqueued" and event != "job.scheduled":
                     finished = job.finished_at
                     self.run_times.observe((finished or self.clock()) - started)

@@ -45,7 +45,8 @@ COUNTERS = {
     ),
     "jobwire_jobs_started": ("Jobs handed to a worker (each attempt)", ("job.started",)),
     "jobwire_jobs_completed": ("Jobs completed", ("job.completed",)),
-    "jobwire_jobs_failed": ("Jobs failed for good (discarded)", ("job.discarded",)),
+    "jobwire_jobs_failed": ("Jobs failed for good after running", ("job.discarded",)),
+    "jobwire_jobs_expired": ("Jobs discarded before they ran (expired)", ("job.expired",)),
     "jobwire_jobs_retried": ("Failed attempts to be run again", ("job.retrying",)),
     "jobwire_jobs_cancelled": ("Jobs cancelled", ("job.cancelled",)),
 }
@@ -111,6 +112,14 @@ class EngineCollector(Collector):
             for (queue, function), value in sorted(totals.items()):
                 family.add_metric([queue, function], value)
             yield family
+        by_protocol = CounterMetricFamily(
+            "jobwire_jobs_started_by_protocol",
+            "Jobs handed to a worker, by the worker's protocol",
+            labels=["protocol"],
+        )
+        for protocol, value in sorted(events.started_by_protocol.items()):
+            by_protocol.add_metric([protocol], value)
+        yield by_protocol
         yield histogram(
             "jobwire_job_wait_seconds",
             "Seconds from submission to a worker taking the job (each attempt)",
