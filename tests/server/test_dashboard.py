@@ -278,3 +278,18 @@ def test_metrics_and_the_grafana_dashboard_agree(server: ServerProcess, browser:
         if name not in served and re.sub(r"_(bucket|sum|count|total)$", "", name) not in served
     }
     assert wanted and not missing, missing
+
+
+def test_metrics_without_the_http_listener(tmp_path: Path) -> None:
+    """Promise: `--http-port 0 --metrics-port N` serves /metrics alone, and it counts jobs."""
+    metrics_port = free_port()
+    server = start_jobwire(["--metrics-port", str(metrics_port)], workdir=tmp_path)
+    try:
+        wait_for_port(metrics_port, server.proc)
+        with GearmanSocket(server) as gearman:
+            gearman.submit_bg("alone", b"x")
+        text = Browser(metrics_port).get("/metrics").text
+        assert 'jobwire_jobs_submitted_total{function="alone",queue="alone"} 1.0' in text
+        assert Browser(metrics_port).get("/").status == 404
+    finally:
+        server.stop()

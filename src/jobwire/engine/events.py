@@ -12,7 +12,6 @@ after the last snapshot.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,17 +40,28 @@ TIME_BUCKETS: tuple[float, ...] = (
 
 class Histogram:
     """Observations counted per bucket (not cumulative: the exporter adds them up), and
-    their sum: one C bisection and two additions per observation."""
+    their sum. The bucket is found by a binary search over native floats (compiled: a few
+    comparisons, no call), so an observation costs the hot path a handful of instructions."""
 
-    __slots__ = ("bounds", "counts", "total")
+    __slots__ = ("_bounds", "bounds", "counts", "total")
 
     def __init__(self, bounds: tuple[float, ...] | None = None) -> None:
         self.bounds: tuple[float, ...] = TIME_BUCKETS if bounds is None else bounds
+        self._bounds: list[float] = list(self.bounds)
         self.counts: list[int] = [0] * (len(self.bounds) + 1)
         self.total = 0.0
 
     def observe(self, value: float) -> None:
-        self.counts[bisect_left(self.bounds, value)] += 1
+        bounds = self._bounds
+        low = 0
+        high = len(bounds)
+        while low < high:  # the first bound >= value (bisect_left): its bucket holds it
+            mid = (low + high) >> 1
+            if bounds[mid] < value:
+                low = mid + 1
+            else:
+                high = mid
+        self.counts[low] += 1
         self.total += value
 
 

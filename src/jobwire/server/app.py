@@ -226,7 +226,10 @@ class Server:
         self._servers.append(tcp)
         http = ojs = metrics = None
         if config.http_port or config.metrics_port:
-            ojs = OJSService(runtime, config.ojs)
+            # Metrics without the HTTP listener: the event log counts, and keeps no events
+            # (nobody could read them), so a job event costs only its counters.
+            options = config.ojs if config.http_port else replace(config.ojs, event_log_size=0)
+            ojs = OJSService(runtime, options)
             ojs.metrics.listeners["gearman"] = lambda: len(gearman.connections)
         if config.http_port and ojs is not None:  # 0 or None: no HTTP listener
             rota = RotaService(runtime, rota_options(config))
