@@ -643,7 +643,7 @@ class Dashboard:
             unique=job.unique,
             payload=payload,
             result=preview(job.result),
-            error=preview(job.error),
+            error=preview(error_text(job.error) if job.error is not None else None),
             history=[error_text(e)[:PREVIEW] for e in (job.ext or {}).get("errors") or []],
             progress=job.progress,
             max_attempts=job.max_attempts,
