@@ -109,6 +109,19 @@ def _setup_logging(log_file: str, verbose: str, syslog: bool = False) -> None:
     "--http-port", default=8080, show_default=True, help="HTTP port (OJS, /work); 0 disables HTTP."
 )
 @click.option(
+    "--no-dashboard",
+    "no_dashboard",
+    is_flag=True,
+    help="Serve no dashboard at / on the HTTP port (the APIs and /metrics stay).",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=0,
+    show_default=True,
+    help="Also serve /metrics (Prometheus) on this port; 0: only on the HTTP port.",
+)
+@click.option(
     "--allow-reset",
     is_flag=True,
     help="Serve POST /ojs/v1/admin/reset, which wipes all jobs (for conformance test runners).",
@@ -484,6 +497,8 @@ def serve(
     listen: str,
     port: int,
     http_port: int,
+    no_dashboard: bool,
+    metrics_port: int,
     allow_reset: bool,
     heartbeat_timeout: float,
     cron_catch_up: str,
@@ -642,6 +657,8 @@ def serve(
         listen=listen,
         port=port,
         http_port=http_port,
+        dashboard=not no_dashboard,
+        metrics_port=metrics_port or None,
         store=store,
         fsync=fsync,
         checkpoint_bytes=checkpoint_every,
@@ -803,3 +820,7 @@ main.add_command(device_command)
 from jobwire.db_cli import db_command  # noqa: E402
 
 main.add_command(db_command)
+
+from jobwire.top import top_command  # noqa: E402
+
+main.add_command(top_command)

@@ -108,3 +108,44 @@ def test_a_handle_prefix_that_would_make_handles_over_64_bytes_is_refused() -> N
     )
     assert result.returncode == 1  # gearmand's exit code for a bad argument
     assert "--job-handle-prefix" in result.stderr and "64 bytes" in result.stderr
+
+
+def run_in_terminal(args: list[str]) -> tuple[int, bytes]:
+    """`jobwire ARGS` with stdout on a pseudo-terminal: its exit status and what it wrote."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobwire", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env={**child_env(), "COLUMNS": "80", "TERM": "xterm"},
+    )
+    os.close(follower)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else b""
+    return proc.returncode, out
+
+
+def test_submit_shows_work_status_as_a_progress_bar_on_a_terminal(
+    served: ServerProcess,
+) -> None:
+    """Promise: on a terminal, a foreground job's WORK_STATUS updates draw a progress bar
+    (its last state, 3 of 3, stays) before the result; piped, the output is the result only."""
+    _, out = run_in_terminal(["submit", "updates", "x", "--server", served.address])
+    text = out.decode(errors="replace")
+    assert "updates" in text and "3/3" in text and "100%" in text, text
+    assert text.rstrip().endswith("done"), text
+    assert run("submit", "updates", "x", "--server", served.address) == (0, b"done", "")

@@ -8,6 +8,7 @@ entry is dropped when it reaches the head, keeping every operation O(1).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
 from jobwire.engine.job import PRIORITY_HIGH, PRIORITY_LOW, Job, JobState
@@ -41,6 +42,14 @@ class Level:
     def jobs(self) -> list[Job]:
         """The queued entries, oldest first (a copy)."""
         return [job for job in self._entries[self._first :] if job is not None]
+
+    def entries(self) -> Iterator[Job]:
+        """The queued entries, oldest first, without copying them (readers that stop early)."""
+        entries = self._entries
+        for index in range(self._first, len(entries)):
+            job = entries[index]
+            if job is not None:
+                yield job
 
     def append(self, job: Job) -> None:
         self._entries.append(job)
@@ -108,6 +117,18 @@ class Lane:
         self.levels: list[Level] = []
         self.count = 0  # live available jobs
         self.stale = 0  # entries of jobs that left without being popped
+
+    def oldest(self) -> Job | None:
+        """The live job that waited longest, whatever its priority (dashboards; not a hot
+        path: it skips the stale entries at each level's front)."""
+        best: Job | None = None
+        for level in self.levels:
+            for job in level.entries():
+                if job.state is _AVAILABLE:
+                    if best is None or job.created_at < best.created_at:
+                        best = job
+                    break
+        return best
 
     def push(self, job: Job, front: bool = False) -> None:
         """Queue a job; `front` puts a job back (a requeue) ahead of younger ones.

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, cast
 
 import click
@@ -298,17 +299,50 @@ def submit_command(
                     )
                 )
             else:
-                result = client.submit(
-                    function,
-                    payload,
-                    unique=unique,
-                    priority=priority,  # type: ignore[arg-type]
-                    timeout=timeout,
-                )
+                with progress_bar(function) as on_status:
+                    result = client.submit(
+                        function,
+                        payload,
+                        unique=unique,
+                        priority=priority,  # type: ignore[arg-type]
+                        timeout=timeout,
+                        on_status=on_status,
+                    )
                 sys.stdout.buffer.write(result)
                 sys.stdout.buffer.flush()
     except JobwireError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+@contextlib.contextmanager
+def progress_bar(function: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar fed by the job's WORK_STATUS updates while stdout is a terminal (on
+    it, before the result); None otherwise, so piped output is the result's bytes alone."""
+    if not sys.stdout.isatty():
+        yield None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TaskProgressColumn(),
+        TimeElapsedColumn(),
+    ) as progress:
+        task = progress.add_task(function, total=None)
+
+        def on_status(numerator: int, denominator: int) -> None:
+            progress.update(task, completed=numerator, total=denominator or None)
+
+        yield on_status
 
 
 def submit_mdp(

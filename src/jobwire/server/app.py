@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from aiohttp import web
 
 from jobwire.engine import Engine, EngineConfig
-from jobwire.ports import Store
+from jobwire.ports import Store, StoredJob
 from jobwire.server.auth import Security, is_loopback
 from jobwire.server.gearman import GearmanOptions, GearmanServer
 from jobwire.server.limits import ConnectionTable, Limits
@@ -30,12 +31,21 @@ from jobwire.store.base import MemoryStore
 
 log = logging.getLogger("jobwire")
 
+#: Stores with more jobs than this log their replay's progress (`replay_progress`).
+REPLAY_PROGRESS_FROM = 100_000
+#: Seconds between two replay progress lines.
+REPLAY_PROGRESS_EVERY = 2.0
+
 
 @dataclass
 class ServerConfig:
     listen: str = "127.0.0.1"
     port: int = 4730
     http_port: int | None = 8080
+    #: The operator's dashboard at `/` on the HTTP port (`jobwire.server.dashboard`).
+    dashboard: bool = True
+    #: `/metrics` on a port of its own too (None: only on the HTTP port).
+    metrics_port: int | None = None
     store: str = DEFAULT_STORE
     fsync: str = "batch"  # always | batch | off; see jobwire.store.sqlite
     checkpoint_bytes: int | None = None  # redo log between checkpoints; None: the default
@@ -97,6 +107,31 @@ def open_store(
     )
 
 
+def replay_progress(
+    rows: Iterable[StoredJob], total: int, every: float = REPLAY_PROGRESS_EVERY
+) -> Iterator[StoredJob]:
+    """`rows`, logging every `every` seconds how many were replayed, the rate and the time
+    left (checked once per 8,192 rows, so the clock costs the replay nothing)."""
+    started = last = time.perf_counter()
+    done = 0
+    for done, row in enumerate(rows, 1):
+        if not done & 8191:
+            now = time.perf_counter()
+            if now - last >= every:
+                last = now
+                rate = done / (now - started)
+                left = max(0, total - done) / rate if rate else 0.0
+                log.info(
+                    "replaying the store: %d of %d jobs (%.0f%%), %.0f jobs/s, about %.0fs left",
+                    done,
+                    total,
+                    100.0 * done / total if total else 100.0,
+                    rate,
+                    left,
+                )
+        yield row
+
+
 def rota_options(config: ServerConfig) -> RotaOptions:
     """Registered Rota specs live beside an sqlite store unless a file is named."""
     options = config.rota
@@ -112,11 +147,16 @@ async def serve_http(
     host: str,
     port: int,
     security: Security | None = None,
+    dashboard: bool = True,
 ) -> web.AppRunner:
-    """One HTTP listener for the OJS binding and the Rota `/work` WebSocket; HTTPS and WSS
-    with --tls-cert, roles with --auth (`ojs.guard`)."""
+    """One HTTP listener for the OJS binding, the Rota `/work` WebSocket and the dashboard;
+    HTTPS and WSS with --tls-cert, roles with --auth (`ojs.guard`)."""
     app = ojs.app()
     rota.install(app)
+    if dashboard:
+        from jobwire.server.dashboard import Dashboard
+
+        Dashboard(ojs).add_routes(app)
     table = ojs.runtime.connections
     limits = table.limits
     app[BODY_TIMEOUT] = limits.http_body_timeout
@@ -189,7 +229,13 @@ class Server:
         # garbage while they are created would more than double the replay time.
         gc.disable()
         try:
-            restored = engine.replay(store.load(), store.numbers_ceiling())
+            rows: Iterable[StoredJob] = store.load()
+            count = getattr(store, "job_count", None)
+            total = count() if count is not None else 0
+            if total > REPLAY_PROGRESS_FROM:
+                log.info("replaying the store: %d jobs", total)
+                rows = replay_progress(rows, total)
+            restored = engine.replay(rows, store.numbers_ceiling())
         except Exception as exc:  # a file we cannot replay must not be written over
             store.close()
             raise SystemExit(f"jobwire: cannot replay the store: {exc}") from exc
@@ -237,17 +283,31 @@ class Server:
             ssl=security.context,
         )
         self._servers.append(tcp)
-        http = ojs = None
-        if config.http_port:  # 0 or None: no HTTP listener
-            ojs = OJSService(runtime, config.ojs)
+        http = ojs = metrics = None
+        if config.http_port or config.metrics_port:
+            # Metrics without the HTTP listener: the event log counts, and keeps no events
+            # (nobody could read them), so a job event costs only its counters.
+            options = config.ojs if config.http_port else replace(config.ojs, event_log_size=0)
+            ojs = OJSService(runtime, options)
+            ojs.metrics.listeners["gearman"] = lambda: len(gearman.connections)
+        if config.http_port and ojs is not None:  # 0 or None: no HTTP listener
+            rota = RotaService(runtime, rota_options(config))
             http = await serve_http(
                 ojs,
-                RotaService(runtime, rota_options(config)),
+                rota,
                 config.listen,
                 config.http_port,
                 security,
+                dashboard=config.dashboard,
             )
+            ojs.metrics.listeners["rota"] = lambda: len(rota.connections)
+            ojs.metrics.listeners["http"] = functools.partial(_http_connections, http)
             log.info("jobwire listening on %s:%d (http)", config.listen, config.http_port)
+        if config.metrics_port and ojs is not None:
+            from jobwire.server.ojs.observability import serve_metrics
+
+            metrics = await serve_metrics(ojs.metrics_registry, config.listen, config.metrics_port)
+            log.info("jobwire listening on %s:%d (metrics)", config.listen, config.metrics_port)
         zmq_server = None
         zmq_options = config.zmq
         if (
@@ -281,6 +341,8 @@ class Server:
             await asyncio.sleep(0)
             if http is not None:
                 await http.cleanup()
+            if metrics is not None:
+                await metrics.cleanup()
             if zmq_server is not None:
                 zmq_server.close()
             if bstar is not None:
@@ -356,6 +418,11 @@ def announce_security(config: ServerConfig) -> None:
     else:
         mutual = " with client certificates required" if security.tls.client_ca else ""
         say.info("TLS on for Gearman and HTTP%s", mutual)
+
+
+def _http_connections(runner: web.AppRunner) -> int:
+    server = runner.server
+    return len(server.connections) if server is not None else 0
 
 
 def zmq_error() -> type[Exception]:

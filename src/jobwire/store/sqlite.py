@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
+from jobwire.engine.events import Histogram
 from jobwire.engine.job import Job
 from jobwire.ports import RetractJobs, StoredJob
 from jobwire.ports.journal import Journal
@@ -65,6 +66,9 @@ _NUMBERS_KEY = "numbers_reserved"
 SCHEMA_VERSION = 3
 #: Log bytes between two checkpoints: bounds the log on disk and the replay at start.
 CHECKPOINT_BYTES = 16 << 20
+#: Bucket bounds (seconds) of the commit latency and checkpoint duration histograms.
+COMMIT_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+CHECKPOINT_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: Changes (of jobs and key-value records) a checkpoint decodes before it writes them to
 #: SQLite. It streams the log through dicts this large rather than holding every change of
 #: its files at once: a checkpoint of 700,000 queued jobs peaked at 341 MB that way, at 149
@@ -387,6 +391,20 @@ class SQLiteStore(Journal):
         self.write_count = 0
         self.commits = 0  # successful log writes, for benchmarks and tests
         self.checkpoints = 0  # successful checkpoints, for tests
+        #: Metrics (read when scraped): seconds from handing a batch to the log to its
+        #: write being done, batches handed, bytes handed to the log in all.
+        self.commit_times = Histogram(COMMIT_BUCKETS)
+        self.batches = 0
+        self.log_bytes_total = 0
+        #: The latest checkpoint: when it ended (epoch seconds), how long it took, the
+        #: redo-log bytes it applied; 0 before the first.
+        self.checkpoint_at = 0.0
+        self.checkpoint_seconds = 0.0
+        self.checkpoint_bytes_applied = 0
+        self.checkpoint_times = Histogram(CHECKPOINT_BUCKETS)
+        self._handed_times: deque[tuple[int, float]] = deque()  # (batch number, perf time)
+        self._checkpoint_started = 0.0
+        self._checkpoint_size = 0  # redo-log bytes the running checkpoint applies
         #: Why the latest log write failed; None once a write succeeds again.
         self.last_error: str | None = None
         _check_policy(fsync)  # before the lock file is made
@@ -427,6 +445,22 @@ class SQLiteStore(Journal):
         self._logged_at = 0.0
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    def fsyncs(self) -> int:
+        """Syncs of the redo log so far (metrics)."""
+        return self._log.syncs
+
+    def redo_log_bytes(self) -> int:
+        """Redo-log bytes not yet applied to the database by a checkpoint (metrics)."""
+        pending = self._checkpoint_size if self._checkpoint is not None else 0
+        return self._log_bytes + pending
+
+    def job_count(self) -> int:
+        """Jobs the store holds (what `load` yields): for replay progress."""
+        try:
+            return int(self._conn.execute("SELECT count(*) FROM jobs").fetchone()[0])
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read {self.path}: {exc}") from exc
 
     def load(self) -> Iterator[StoredJob]:
         # Rows repeat a few function and queue names: each read as a new string would stay
@@ -575,6 +609,9 @@ class SQLiteStore(Journal):
         if kv:
             self._kv_written.update(kv)
         self._log.append(self._handed, body)
+        self._handed_times.append((self._handed, time.perf_counter()))
+        self.batches += 1
+        self.log_bytes_total += len(body)
         self._log_bytes += len(body)
         if (
             self._log_bytes >= self.checkpoint_bytes
@@ -592,6 +629,11 @@ class SQLiteStore(Journal):
         ok = error is None
         self._done = number
         self.commits += ok
+        handed = self._handed_times
+        if handed:
+            now = time.perf_counter()
+            while handed and handed[0][0] <= number:
+                self.commit_times.observe(now - handed.popleft()[1])
         self._note_result(error)
         if self._rotated_after is not None and number >= self._rotated_after:
             self._start_checkpoint()
@@ -628,6 +670,7 @@ class SQLiteStore(Journal):
         """Start a new log generation; checkpoint the old one once its writes are done."""
         self._rotated_after = self._handed
         self._checkpoint_through = self._generation
+        self._checkpoint_size = self._log_bytes
         self._log_bytes = 0
         self._next_log_file()
         if self._done >= self._handed:
@@ -650,6 +693,7 @@ class SQLiteStore(Journal):
             log.error("store %s: cannot start a checkpoint: %s", self.path, exc)
             return
         self._checkpoint = process
+        self._checkpoint_started = time.perf_counter()
         loop = self._loop
         assert loop is not None
         threading.Thread(
@@ -675,6 +719,18 @@ class SQLiteStore(Journal):
         self._checkpoint = None
         if code == 0:
             self.checkpoints += 1
+            seconds = time.perf_counter() - self._checkpoint_started
+            self.checkpoint_at = time.time()
+            self.checkpoint_seconds = seconds
+            self.checkpoint_bytes_applied = self._checkpoint_size
+            self.checkpoint_times.observe(seconds)
+            log.info(
+                "store %s: checkpoint through log generation %d: %.1f MB of redo log in %.2fs",
+                self.path,
+                generation,
+                self._checkpoint_size / 1e6,
+                seconds,
+            )
             return
         # Its log files stay, so nothing is lost; the next checkpoint applies them too.
         log.error(

@@ -24,26 +24,35 @@ if TYPE_CHECKING:
 OPERATOR_STATES = ("running", "quiet", "terminate")
 
 
+def direct_worker(
+    service: OJSService, app: web.Application, worker_id: str, state: str
+) -> dict[str, Any]:
+    """Set a worker's operator state (`running`, `quiet`, `terminate`), whatever its
+    protocol: the admin route and the dashboard both call this. Raises OJSError."""
+    if state not in OPERATOR_STATES:
+        raise invalid(f"state must be one of {', '.join(OPERATOR_STATES)}")
+    other = _other_protocol(app, worker_id, state) or _direct_engine_worker(
+        service, worker_id, state
+    )
+    if other is not None:
+        return other
+    session = service.workers.get(worker_id)
+    if session is None or session.state is WorkerState.TERMINATED:
+        raise OJSError("not_found", f"no live worker {worker_id!r}")
+    if session.state is WorkerState.TERMINATE and state != "terminate":
+        raise OJSError("conflict", "a terminating worker cannot be resumed", status=409)
+    session.info[OPERATOR_QUIET] = state == "quiet"
+    service.engine.set_worker_state(session, WorkerState(state))
+    return worker_json(session)
+
+
 def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
     async def set_state(request: web.Request) -> web.Response:
-        worker_id = request.match_info["worker_id"]
         body = await read_object(request)
-        state = body.get("state")
-        if state not in OPERATOR_STATES:
-            raise invalid(f"state must be one of {', '.join(OPERATOR_STATES)}")
-        other = _other_protocol(request, worker_id, state) or _direct_engine_worker(
-            service, worker_id, state
+        worker = direct_worker(
+            service, request.app, request.match_info["worker_id"], body.get("state", "")
         )
-        if other is not None:
-            return reply({"worker": other})
-        session = service.workers.get(worker_id)
-        if session is None or session.state is WorkerState.TERMINATED:
-            raise OJSError("not_found", f"no live worker {worker_id!r}")
-        if session.state is WorkerState.TERMINATE and state != "terminate":
-            raise OJSError("conflict", "a terminating worker cannot be resumed", status=409)
-        session.info[OPERATOR_QUIET] = state == "quiet"
-        service.engine.set_worker_state(session, WorkerState(state))
-        return reply({"worker": worker_json(session)})
+        return reply({"worker": worker})
 
     async def reset(request: web.Request) -> web.Response:
         service.reset()
@@ -54,13 +63,13 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
         router.add_post(BASE + "/admin/reset", reset)
 
 
-def _other_protocol(request: web.Request, worker_id: str, state: str) -> dict[str, Any] | None:
+def _other_protocol(app: web.Application, worker_id: str, state: str) -> dict[str, Any] | None:
     """A live worker of another protocol on this HTTP server, directed by its own service:
     `rota:N` by the Rota service. None: not one of theirs (an OJS worker, or nobody)."""
     if worker_id.startswith("rota:"):
         from jobwire.server.rota import ROTA_SERVICE
 
-        rota = request.app.get(ROTA_SERVICE)
+        rota = app.get(ROTA_SERVICE)
         if rota is not None:
             return rota.direct(worker_id, state)
     return None

@@ -156,6 +156,9 @@ class OJSService:
         )
         self.workflows = Workflows(self, kv)
         engine.event_log = self.events
+        from jobwire.server.ojs.observability import make_registry
+
+        self.metrics_registry, self.metrics = make_registry(self)
         engine.finish_observers.append(self._job_finished)
         self._recover()
 
@@ -204,7 +207,7 @@ class OJSService:
         seconds while it changes (so a crash loses at most that much). A snapshot of the
         whole ring, at most `event_log_size` events, however busy the server is; the job
         transitions themselves never wait for it."""
-        if self._kv is None:
+        if self._kv is None or not self.events.capacity:  # keeping none: keep what is saved
             return
         seq = self.events.last_seq
         if seq != self._events_saved:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from typing import Any
 
 import msgspec
@@ -21,6 +22,9 @@ log = logging.getLogger("jobwire.ojs")
 
 CONTENT_TYPE = "application/openjobspec+json"
 BASE = "/ojs/v1"
+#: Errors answered over HTTP, by OJS error code ("http_" ahead; metrics), and other kinds
+#: that other parts of the server count here.
+ERRORS: Counter[str] = Counter()
 
 
 def reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -54,14 +58,17 @@ def failure_reply(request: web.Request, exc: Exception, request_id: str) -> web.
     """The OJS error reply for what a handler raised (call it in the `except` block: an
     unexpected exception is logged with its traceback)."""
     if isinstance(exc, OJSError):
+        ERRORS["http_" + exc.code] += 1
         return reply(error_body(exc, request_id), exc.status, exc.headers)
     if isinstance(exc, web.HTTPException):
         code = http_error_code(exc.status)
+        ERRORS["http_" + code] += 1
         error = OJSError(code, exc.reason or code, status=exc.status)
         response = reply(error_body(error, request_id), exc.status)
         if exc.status == 405 and "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]
         return response
+    ERRORS["http_internal"] += 1
     log.exception("OJS request %s %s failed", request.method, request.path)
     error = OJSError("backend_error", "internal error", status=500, retryable=True)
     return reply(error_body(error, request_id), 500)

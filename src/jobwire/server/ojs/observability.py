@@ -1,26 +1,38 @@
 """Observability (the OJS observability extension): `GET /metrics` in the Prometheus text
 exposition format, `GET /ready`, and `GET /health` beside `/ojs/v1/health`.
 
-The metrics cost the hot path one dict increment per job event, and only when the HTTP
-listener is on: the engine records each transition in its event log (`EventLog.observe`),
-which counts it by type and queue (`EventLog.counts`). Everything else (queue depth, workers
-by protocol and state) is read from the engine when Prometheus scrapes, by a collector
-(`EngineCollector`) in a registry of this service's own.
+Counting on the hot path is plain integer arithmetic in objects the server already has:
+the engine records each job transition in its event log (`EventLog.observe`), which counts
+it by type, queue and function and puts the job's wait or run time in a histogram; the
+store counts its batches, log bytes and commit latency (`SQLiteStore.commit_times`); the
+OJS error middleware counts errors by code (`jobwire.server.ojs.http.ERRORS`). Nothing is
+formatted until Prometheus scrapes: then a collector (`EngineCollector`) reads those
+numbers, and the engine's state (queue depth by priority, workers by protocol and state,
+connections by listener), into families of a registry of this service's own.
+`serve --metrics-port` serves the same registry on a port of its own.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from itertools import accumulate
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
+from jobwire.engine.events import Histogram
+from jobwire.engine.job import PRIORITY_HIGH, PRIORITY_LOW
 from jobwire.engine.worker import WorkerState
-from jobwire.server.ojs.http import reply
+from jobwire.server.ojs.http import ERRORS, reply
 
 if TYPE_CHECKING:
     from jobwire.server.ojs.app import OJSService
@@ -28,48 +40,136 @@ if TYPE_CHECKING:
 #: Counters: metric name -> (help, the job events it sums).
 COUNTERS = {
     "jobwire_jobs_submitted": (
-        "Jobs submitted, by queue (every protocol)",
+        "Jobs submitted, by queue and function (every protocol)",
         ("job.enqueued", "job.scheduled"),
     ),
-    "jobwire_jobs_started": ("Jobs handed to a worker (each attempt), by queue", ("job.started",)),
-    "jobwire_jobs_completed": ("Jobs completed, by queue", ("job.completed",)),
-    "jobwire_jobs_failed": ("Jobs failed for good (discarded), by queue", ("job.discarded",)),
-    "jobwire_jobs_retried": ("Failed attempts to be run again, by queue", ("job.retrying",)),
-    "jobwire_jobs_cancelled": ("Jobs cancelled, by queue", ("job.cancelled",)),
+    "jobwire_jobs_started": ("Jobs handed to a worker (each attempt)", ("job.started",)),
+    "jobwire_jobs_completed": ("Jobs completed", ("job.completed",)),
+    "jobwire_jobs_failed": ("Jobs failed for good after running", ("job.discarded",)),
+    "jobwire_jobs_expired": ("Jobs discarded before they ran (expired)", ("job.expired",)),
+    "jobwire_jobs_retried": ("Failed attempts to be run again", ("job.retrying",)),
+    "jobwire_jobs_cancelled": ("Jobs cancelled", ("job.cancelled",)),
 }
 
 
+#: The engine's integer priorities as the label values Gearman and OJS users know.
+def priority_name(priority: int) -> str:
+    if priority >= PRIORITY_HIGH:
+        return "high"
+    if priority <= PRIORITY_LOW:
+        return "low"
+    return "normal"
+
+
+def histogram(name: str, text: str, hist: Histogram) -> HistogramMetricFamily:
+    """A histogram family from per-bucket counts (cumulated here, at scrape time)."""
+    cumulative = list(accumulate(hist.counts))
+    buckets = [(_bound(b), c) for b, c in zip(hist.bounds, cumulative, strict=False)]
+    buckets.append(("+Inf", cumulative[-1]))
+    return HistogramMetricFamily(name, text, buckets=buckets, sum_value=hist.total)
+
+
+def _bound(value: float) -> str:
+    return repr(float(value))
+
+
 class EngineCollector(Collector):
-    """The engine's figures, read when scraped."""
+    """The engine's, the store's and the listeners' figures, read when scraped."""
 
     def __init__(self, service: OJSService) -> None:
         self.service = service
+        #: Listener name -> a function giving its open connections (`add_listener`).
+        self.listeners: dict[str, Callable[[], int]] = {}
 
     def collect(self) -> Iterator[Metric]:
-        service = self.service
-        counts = service.events.counts
-        for name, (text, events) in COUNTERS.items():
-            family = CounterMetricFamily(name, text, labels=["queue"])
-            totals: Counter[str] = Counter()
-            for event in events:
-                totals.update(counts.get(event, {}))
-            for queue, value in sorted(totals.items()):
-                family.add_metric([queue], value)
+        yield from self._jobs()
+        yield from self._queues()
+        yield from self._workers()
+        yield from self._store()
+        connections = GaugeMetricFamily(
+            "jobwire_connections", "Open connections, by listener", labels=["listener"]
+        )
+        for name, count in sorted(self.listeners.items()):
+            connections.add_metric([name], count())
+        yield connections
+        errors = CounterMetricFamily(
+            "jobwire_errors", "Errors answered or met, by kind", labels=["kind"]
+        )
+        for kind, value in sorted(ERRORS.items()):
+            errors.add_metric([kind], value)
+        yield errors
+
+    def _jobs(self) -> Iterator[Metric]:
+        events = self.service.events
+        counts = events.counts
+        for name, (text, kinds) in COUNTERS.items():
+            family = CounterMetricFamily(name, text, labels=["queue", "function"])
+            totals: Counter[tuple[str, str]] = Counter()
+            for kind in kinds:
+                for queue, per_function in counts.get(kind, {}).items():
+                    for function, value in per_function.items():
+                        totals[queue, function] += value
+            for (queue, function), value in sorted(totals.items()):
+                family.add_metric([queue, function], value)
             yield family
+        by_protocol = CounterMetricFamily(
+            "jobwire_jobs_started_by_protocol",
+            "Jobs handed to a worker, by the worker's protocol",
+            labels=["protocol"],
+        )
+        for protocol, value in sorted(events.started_by_protocol.items()):
+            by_protocol.add_metric([protocol], value)
+        yield by_protocol
+        yield histogram(
+            "jobwire_job_wait_seconds",
+            "Seconds from submission to a worker taking the job (each attempt)",
+            events.wait_times,
+        )
+        yield histogram(
+            "jobwire_job_run_seconds",
+            "Seconds from a worker taking a job to its end (completed, failed, retried)",
+            events.run_times,
+        )
+
+    def _queues(self) -> Iterator[Metric]:
+        service = self.service
+        engine = service.engine
         depth = GaugeMetricFamily(
-            "jobwire_queue_depth", "Jobs ready in the queue", labels=["queue"]
+            "jobwire_queue_depth",
+            "Jobs ready in the queue, by priority",
+            labels=["queue", "priority"],
         )
         paused = GaugeMetricFamily(
             "jobwire_queue_paused", "1 while the queue is paused", labels=["queue"]
         )
-        for queue, info in sorted(service.engine.queues.items()):
-            depth.add_metric([queue], info.available)
-            paused.add_metric([queue], 1 if info.paused else 0)
+        for name, info in sorted(engine.queues.items()):
+            by_priority: Counter[str] = Counter()
+            for lane in info.lanes.values():
+                for level in lane.levels:
+                    by_priority[priority_name(level.priority)] += len(level.jobs)
+            for priority in ("high", "normal", "low"):
+                depth.add_metric([name, priority], by_priority[priority])
+            paused.add_metric([name], 1 if info.paused else 0)
         yield depth
         yield paused
+        running = GaugeMetricFamily(
+            "jobwire_function_running", "Jobs running, by function", labels=["function"]
+        )
+        scheduled = GaugeMetricFamily(
+            "jobwire_function_scheduled",
+            "Jobs waiting for their time (scheduled or to be retried), by function",
+            labels=["function"],
+        )
+        for name, fn in sorted(engine.functions.items()):
+            running.add_metric([name], fn.running)
+            scheduled.add_metric([name], fn.scheduled)
+        yield running
+        yield scheduled
         dead = GaugeMetricFamily("jobwire_dead_letter_jobs", "Jobs in the dead letter queue")
         dead.add_metric([], len(service.dead_letter))
         yield dead
+
+    def _workers(self) -> Iterator[Metric]:
         workers = GaugeMetricFamily(
             "jobwire_workers",
             "Connected workers, by protocol and state",
@@ -77,23 +177,70 @@ class EngineCollector(Collector):
         )
         live = Counter(
             (s.protocol, s.state.value)
-            for s in service.engine.workers.values()
+            for s in self.service.engine.workers.values()
             if s.state is not WorkerState.TERMINATED
         )
         for (protocol, state), value in sorted(live.items()):
             workers.add_metric([protocol, state], value)
         yield workers
 
+    def _store(self) -> Iterator[Metric]:
+        store: Any = self.service.runtime.store
+        if not hasattr(store, "commit_times"):  # the memory store: nothing to tell
+            return
+        yield histogram(
+            "jobwire_store_commit_seconds",
+            "Seconds from handing a batch to the redo log to its write (and fsync) being done",
+            store.commit_times,
+        )
+        yield CounterMetricFamily(
+            "jobwire_store_batches",
+            "Batches (group commits) handed to the redo log",
+            value=store.batches,
+        )
+        yield CounterMetricFamily(
+            "jobwire_store_batch_jobs",
+            "Job writes in those batches (divided by the batches: the mean batch size)",
+            value=store.write_count,
+        )
+        yield CounterMetricFamily(
+            "jobwire_store_fsyncs", "fsyncs of the redo log", value=store.fsyncs()
+        )
+        yield CounterMetricFamily(
+            "jobwire_store_log_bytes", "Bytes written to the redo log", value=store.log_bytes_total
+        )
+        yield GaugeMetricFamily(
+            "jobwire_store_redo_log_bytes",
+            "Redo-log bytes not yet checkpointed into the database",
+            value=store.redo_log_bytes(),
+        )
+        yield histogram(
+            "jobwire_store_checkpoint_seconds", "Seconds a checkpoint took", store.checkpoint_times
+        )
+        yield GaugeMetricFamily(
+            "jobwire_store_last_checkpoint_timestamp_seconds",
+            "When the latest checkpoint ended (0: none since start)",
+            value=store.checkpoint_at,
+        )
 
-def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
+
+def make_registry(service: OJSService) -> tuple[CollectorRegistry, EngineCollector]:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(EngineCollector(service))
+    collector = EngineCollector(service)
+    registry.register(collector)
+    return registry, collector
 
+
+def metrics_handler(registry: CollectorRegistry) -> Callable[[web.Request], Any]:
     async def metrics(request: web.Request) -> web.Response:
         response = web.Response(body=generate_latest(registry))
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response
 
+    return metrics
+
+
+def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
     async def ready(request: web.Request) -> web.Response:
         """Ready to take requests: the store answers and this server is the active one."""
         runtime = service.runtime
@@ -101,6 +248,16 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
             return reply({"status": "not_ready", "reason": "passive server of a pair"}, 503)
         return reply({"status": "ready"})
 
-    router.add_get("/metrics", metrics)
+    router.add_get("/metrics", metrics_handler(service.metrics_registry))
     router.add_get("/ready", ready)
     router.add_get("/health", service.health)
+
+
+async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> web.AppRunner:
+    """`serve --metrics-port`: `/metrics` alone, on a listener of its own."""
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_handler(registry))
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, reuse_address=True).start()
+    return runner

@@ -110,6 +110,10 @@ class Workflows:
     def get(self, workflow_id: str) -> Workflow | None:
         return self._flows.get(workflow_id)
 
+    def all(self) -> list[Workflow]:
+        """Every workflow kept (running, and finished ones until they are retired)."""
+        return list(self._flows.values())
+
     def load(self) -> None:
         if self.kv is None:
             return

@@ -1,0 +1,769 @@
+"""The operator's dashboard: server-rendered pages at `/` and under `/ui/` on the HTTP port.
+
+Pages are Jinja2 templates with autoescaping on (every value a job, queue or worker brings
+is escaped; nothing is marked safe), styled by one CSS file, and read without JavaScript.
+One small script of our own (`static/dashboard.js`, no build step, no library) follows the
+throughput stream (`/ui/stream`, server-sent events) and redraws the overview's SVG chart,
+which the server renders in full for readers without JavaScript. The Content-Security-Policy
+allows scripts and styles from this origin only, so injected markup could not run anyway.
+
+Actions are HTML form POSTs guarded by a double-submit token: a random token in a
+SameSite=Strict cookie that each form repeats in a hidden field; a POST whose field does
+not match the cookie, or whose Origin is another host, is refused (403). Actions call the
+same functions as the admin API (`direct_worker`, the dead letter queue, the engine).
+
+Every route is added in `Dashboard.add_routes`, each wrapped by `Dashboard.guard`: the one
+place a check for every dashboard request goes (the admin role, once the server has
+authentication).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import secrets
+import time
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from importlib import resources
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+import jinja2
+import orjson
+from aiohttp import web
+
+from jobwire import __version__
+from jobwire.engine.errors import EngineError, IllegalTransition, UnknownJob
+from jobwire.engine.job import Job, JobState
+from jobwire.engine.worker import WorkerState
+from jobwire.protocols.ojs.errors import OJSError
+from jobwire.protocols.ojs.times import format_time
+from jobwire.server.ojs.admin import direct_worker
+from jobwire.server.ojs.observability import priority_name
+from jobwire.server.ojs.workers import worker_json
+
+if TYPE_CHECKING:
+    from jobwire.server.ojs.app import OJSService
+
+PREFIX = "/ui"
+CSRF_COOKIE = "jobwire_csrf"
+CSRF_FIELD = "csrf"
+#: Seconds of throughput history the overview's chart shows.
+HISTORY = 300
+#: Bytes of a payload, result or error shown on a job's page.
+PREVIEW = 2048
+PER_PAGE = 50
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+#: Which kinds of worker the quiet and terminate buttons reach, and how (the workers page).
+LIFECYCLE = {
+    "ojs": "told in its next heartbeat reply; a quiet worker's fetches get no job",
+    "rota": "told over its /work socket at once",
+    "gearman": "server-side: no job and no wake-up; terminate closes it once idle",
+    "mdp": "server-side: no job is handed to it",
+    "ppp": "server-side: no job is handed to it",
+    "wmp": "server-side: no job is handed to it",
+}
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(slots=True)
+class Sample:
+    """One second of throughput."""
+
+    at: float
+    submitted: float
+    completed: float
+    failed: float
+
+
+def _totals(counts: dict[str, dict[str, dict[str, int]]], *events: str) -> Counter[str]:
+    """Job events of these types so far, by queue."""
+    out: Counter[str] = Counter()
+    for event in events:
+        for queue, per_function in counts.get(event, {}).items():
+            out[queue] += sum(per_function.values())
+    return out
+
+
+class Throughput:
+    """Once a second: jobs submitted, completed and failed in that second (all queues) and
+    completed per queue over the last minute, from the event log's counters."""
+
+    def __init__(self, service: OJSService) -> None:
+        self.service = service
+        self.samples: deque[Sample] = deque(maxlen=HISTORY)
+        self._minute: deque[Counter[str]] = deque(maxlen=61)
+        self._last: tuple[int, int, int] | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.tick = asyncio.Event()
+        self.closing = False
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        self.closing = True
+        self.tick.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            self.sample()
+            await asyncio.sleep(1.0)
+
+    def sample(self) -> None:
+        counts = self.service.events.counts
+        completed = _totals(counts, "job.completed")
+        now = (
+            sum(_totals(counts, "job.enqueued", "job.scheduled").values()),
+            sum(completed.values()),
+            sum(_totals(counts, "job.discarded").values()),
+        )
+        if self._last is not None:
+            sub, comp, fail = (a - b for a, b in zip(now, self._last, strict=True))
+            self.samples.append(Sample(time.time(), sub, comp, fail))
+        self._last = now
+        self._minute.append(completed)
+        tick, self.tick = self.tick, asyncio.Event()
+        tick.set()
+
+    def per_minute(self, queue: str) -> int:
+        """Jobs of `queue` completed over the last minute (or since start)."""
+        if not self._minute:
+            return 0
+        return self._minute[-1][queue] - self._minute[0][queue]
+
+    def points(self) -> dict[str, Any]:
+        samples = list(self.samples)
+        return {
+            "t": [round(s.at, 1) for s in samples],
+            "submitted": [s.submitted for s in samples],
+            "completed": [s.completed for s in samples],
+            "failed": [s.failed for s in samples],
+        }
+
+
+def chart(points: dict[str, Any], width: int = 600, height: int = 160) -> dict[str, Any]:
+    """The chart's SVG polylines (server-side, so it shows without JavaScript)."""
+    series = ("submitted", "completed", "failed")
+    top = max([1.0, *(v for name in series for v in points[name])])
+    out: dict[str, Any] = {"width": width, "height": height, "top": top, "lines": {}}
+    for name in series:
+        values = points[name][-HISTORY:]
+        step = width / max(1, HISTORY - 1)
+        offset = (HISTORY - len(values)) * step
+        out["lines"][name] = " ".join(
+            f"{offset + i * step:.1f},{height - v / top * (height - 4) - 2:.1f}"
+            for i, v in enumerate(values)
+        )
+        out[name] = values[-1] if values else 0
+    return out
+
+
+def source_of(job: Job) -> str:
+    """The protocol a job came in by, as far as it shows: OJS jobs carry their envelope's
+    fields; Gearman and ZeroMQ jobs are submitted by function name alone."""
+    ext = job.ext or {}
+    if "enqueued_at" in ext or "options" in ext or "retry" in ext or "extra" in ext:
+        return "ojs"
+    if job.queue == job.function:
+        return "gearman / zeromq"
+    return "unknown"
+
+
+def preview(value: Any) -> tuple[str, int, bool]:
+    """A value as text for a page: at most PREVIEW bytes, its size, and whether cut."""
+    if value is None:
+        return "", 0, False
+    if isinstance(value, bytes | bytearray):
+        raw = bytes(value)
+    elif isinstance(value, str):
+        raw = value.encode()
+    else:
+        try:
+            raw = orjson.dumps(value, default=str)
+        except TypeError:
+            raw = repr(value).encode()
+    return raw[:PREVIEW].decode("utf-8", "replace"), len(raw), len(raw) > PREVIEW
+
+
+def error_text(error: Any) -> str:
+    """A job's last error in a line: an OJS error's code and message, else its text."""
+    if isinstance(error, dict) and "message" in error:
+        code = error.get("code") or error.get("type") or "error"
+        return f"{code}: {error['message']}"
+    return preview(error)[0]
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def _when(epoch: float | None) -> str:
+    return format_time(epoch) if epoch else "-"
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def _safe_next(value: Any, default: str) -> str:
+    """A local path to go back to after an action (never another site)."""
+    if (
+        isinstance(value, str)
+        and value.startswith("/")
+        and not value.startswith("//")
+        and not any(c in value for c in "\\\r\n")
+    ):
+        return value
+    return default
+
+
+class Dashboard:
+    def __init__(self, service: OJSService) -> None:
+        self.service = service
+        self.engine = service.engine
+        self.throughput: Throughput | None = None
+        self.env = jinja2.Environment(
+            loader=jinja2.PackageLoader("jobwire.server.dashboard", "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.env.filters["age"] = _age
+        self.env.filters["when"] = _when
+        self.env.filters["bytes"] = _bytes
+        self.env.filters["q"] = lambda v: quote(str(v), safe="")
+        self.static = {
+            name: (resources.files(__package__) / "static" / name).read_bytes()
+            for name in ("dashboard.css", "dashboard.js")
+        }
+
+    # ------------------------------------------------------------------ routing
+
+    def add_routes(self, app: web.Application) -> None:
+        """Every dashboard route, each behind `guard`."""
+        r = app.router
+        get = [
+            ("/", self.overview),
+            (PREFIX + "/", self.overview),
+            (PREFIX + "/stream", self.stream),
+            (PREFIX + "/static/{name}", self.static_file),
+            (PREFIX + "/queues", self.queues),
+            (PREFIX + "/queues/{name}", self.queue),
+            (PREFIX + "/workers", self.workers),
+            (PREFIX + "/jobs", self.jobs),
+            (PREFIX + "/jobs/{id}", self.job),
+            (PREFIX + "/cron", self.cron),
+            (PREFIX + "/workflows", self.workflows),
+        ]
+        post = [
+            (PREFIX + "/queues/{name}/{action}", self.queue_action),
+            (PREFIX + "/workers/{id}/state", self.worker_action),
+            (PREFIX + "/jobs/{id}/{action}", self.job_action),
+            (PREFIX + "/bulk", self.bulk_action),
+            (PREFIX + "/cron/{name}/{action}", self.cron_action),
+            (PREFIX + "/workflows/{id}/cancel", self.workflow_cancel),
+        ]
+        for path, handler in get:
+            r.add_get(path, self.guard(handler))
+        for path, handler in post:
+            r.add_post(path, self.guard(self.checked(handler)))
+        app.on_startup.append(self._on_startup)
+        app.on_shutdown.append(self._on_shutdown)
+
+    def guard(self, handler: Handler) -> Handler:
+        """Wraps every dashboard route: security headers, and errors as HTML pages. The
+        place for an access check that covers the whole dashboard."""
+
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            try:
+                response = await handler(request)
+            except OJSError as exc:
+                response = self.error_page(request, exc.status, exc.message)
+            except (UnknownJob, IllegalTransition, EngineError) as exc:
+                response = self.error_page(request, 409, str(exc))
+            except web.HTTPException as exc:
+                response = self.error_page(request, exc.status, exc.reason or "error")
+            if not response.prepared:
+                response.headers.update(SECURITY_HEADERS)
+            return response
+
+        return guarded
+
+    def checked(self, handler: Handler) -> Handler:
+        """A POST: its form must repeat the CSRF cookie, and come from this host."""
+
+        async def check(request: web.Request) -> web.StreamResponse:
+            form = await request.post()
+            cookie = request.cookies.get(CSRF_COOKIE, "")
+            token = form.get(CSRF_FIELD)
+            origin = request.headers.get("Origin")
+            if origin is not None and origin != "null":
+                host = origin.split("://", 1)[-1]
+                if host != request.host:
+                    return self.error_page(request, 403, "cross-site request refused")
+            if (
+                not cookie
+                or not isinstance(token, str)
+                or not hmac.compare_digest(cookie.encode(), token.encode())
+            ):
+                return self.error_page(
+                    request, 403, "the form's token does not match: reload the page and retry"
+                )
+            return await handler(request)
+
+        return check
+
+    async def _on_startup(self, app: web.Application) -> None:
+        self.throughput = Throughput(self.service)
+        self.throughput.start()
+
+    async def _on_shutdown(self, app: web.Application) -> None:
+        if self.throughput is not None:
+            await self.throughput.stop()
+
+    # ------------------------------------------------------------------ rendering
+
+    def render(
+        self, request: web.Request, template: str, status: int = 200, **context: Any
+    ) -> web.Response:
+        token = request.cookies.get(CSRF_COOKIE, "")
+        fresh = len(token) < 32
+        if fresh:
+            token = secrets.token_urlsafe(32)
+        page = self.env.get_template(template).render(
+            csrf=token,
+            here=request.path_qs,
+            prefix=PREFIX,
+            version=__version__,
+            nav=template.split(".")[0],
+            **context,
+        )
+        response = web.Response(text=page, status=status, content_type="text/html")
+        if fresh:
+            response.set_cookie(CSRF_COOKIE, token, path="/", httponly=True, samesite="Strict")
+        return response
+
+    def error_page(self, request: web.Request, status: int, message: str) -> web.Response:
+        response = self.render(request, "error.html", status=status, message=message)
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    def back(self, request: web.Request, form: Any, default: str) -> web.Response:
+        return see_other(_safe_next(form.get("next"), default))
+
+    # ------------------------------------------------------------------ pages
+
+    async def static_file(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        body = self.static.get(name)
+        if body is None:
+            raise web.HTTPNotFound()
+        kind = "text/css" if name.endswith(".css") else "text/javascript"
+        response = web.Response(body=body, content_type=kind)
+        response.headers["Cache-Control"] = "max-age=3600"
+        return response
+
+    def _points(self) -> dict[str, Any]:
+        if self.throughput is None:
+            return {"t": [], "submitted": [], "completed": [], "failed": []}
+        return self.throughput.points()
+
+    def _live_workers(self) -> list[Any]:
+        sessions = list(self.service.workers.values())
+        sessions += [s for s in self.engine.workers.values() if s.protocol != "ojs"]
+        return sessions
+
+    def _store_health(self) -> dict[str, Any]:
+        store: Any = self.service.runtime.store
+        if not hasattr(store, "commit_times"):
+            return {"kind": "memory"}
+        hist = store.commit_times
+        commits = sum(hist.counts)
+        return {
+            "kind": f"sqlite ({store.fsync} fsync)",
+            "path": str(store.path),
+            "commit_ms": 1000.0 * hist.total / commits if commits else None,
+            "batches": store.batches,
+            "batch_size": store.write_count / store.batches if store.batches else None,
+            "redo_log_bytes": store.redo_log_bytes(),
+            "checkpoint_at": store.checkpoint_at or None,
+            "checkpoint_seconds": store.checkpoint_seconds,
+            "last_error": store.last_error,
+        }
+
+    def _queue_rows(self) -> list[dict[str, Any]]:
+        engine = self.engine
+        now = engine.clock()
+        running: Counter[str] = Counter()
+        for job in self._active_jobs():
+            running[job.queue or "default"] += 1
+        rows = []
+        for name, info in sorted(engine.queues.items()):
+            depth: Counter[str] = Counter()
+            oldest: float | None = None
+            for lane in info.lanes.values():
+                for level in lane.levels:
+                    depth[priority_name(level.priority)] += sum(
+                        1 for job in level.entries() if job.state is JobState.AVAILABLE
+                    )
+                first = lane.oldest()
+                if first is not None and (oldest is None or first.created_at < oldest):
+                    oldest = first.created_at
+            rows.append(
+                {
+                    "name": name,
+                    "paused": info.paused,
+                    "high": depth["high"],
+                    "normal": depth["normal"],
+                    "low": depth["low"],
+                    "depth": info.available,
+                    "running": running[name],
+                    "per_minute": self.throughput.per_minute(name) if self.throughput else 0,
+                    "oldest_age": None if oldest is None else now - oldest,
+                }
+            )
+        return rows
+
+    def _active_jobs(self) -> Iterator[Job]:
+        for session in self.engine.workers.values():
+            yield from session.jobs.values()
+
+    async def overview(self, request: web.Request) -> web.StreamResponse:
+        points = self._points()
+        by_protocol: Counter[str] = Counter()
+        by_state: Counter[tuple[str, str]] = Counter()
+        for s in self._live_workers():
+            if s.state is not WorkerState.TERMINATED:
+                by_protocol[s.protocol] += 1
+                by_state[s.protocol, s.state.value] += 1
+        return self.render(
+            request,
+            "overview.html",
+            chart=chart(points),
+            queues=self._queue_rows(),
+            workers=sorted(by_protocol.items()),
+            worker_states=by_state,
+            store=self._store_health(),
+            dead=len(self.service.dead_letter),
+            jobs=len(self.engine.jobs),
+        )
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        """Server-sent events: the throughput of each second, and the totals."""
+        throughput = self.throughput
+        if throughput is None:
+            raise web.HTTPServiceUnavailable()
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-store",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        response.headers.update(SECURITY_HEADERS)
+        await response.prepare(request)
+        await response.write(b"retry: 2000\n\n")
+        while not throughput.closing:
+            await throughput.tick.wait()
+            if throughput.closing:
+                break
+            last = throughput.samples[-1] if throughput.samples else None
+            data = {
+                "points": throughput.points(),
+                "now": None
+                if last is None
+                else {
+                    "submitted": last.submitted,
+                    "completed": last.completed,
+                    "failed": last.failed,
+                },
+                "depth": sum(info.available for info in self.engine.queues.values()),
+                "workers": sum(
+                    1 for s in self._live_workers() if s.state is not WorkerState.TERMINATED
+                ),
+            }
+            try:
+                await response.write(b"data: " + orjson.dumps(data) + b"\n\n")
+            except (ConnectionResetError, RuntimeError):
+                break
+        return response
+
+    async def queues(self, request: web.Request) -> web.StreamResponse:
+        return self.render(request, "queues.html", queues=self._queue_rows())
+
+    async def queue(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        info = self.engine.queues.get(name)
+        if info is None:
+            raise web.HTTPNotFound(reason=f"no queue named {name!r}")
+        page = _page_number(request)
+        waiting: list[Job] = []
+        for lane in sorted(info.lanes.values(), key=lambda lane: lane.function.name):
+            for level in lane.levels:
+                waiting.extend(j for j in level.entries() if j.state is JobState.AVAILABLE)
+        waiting.sort(key=lambda job: (-job.priority, job.seq))
+        start = (page - 1) * PER_PAGE
+        row = next((q for q in self._queue_rows() if q["name"] == name), None)
+        return self.render(
+            request,
+            "queue.html",
+            queue=row,
+            jobs=[self._job_row(j) for j in waiting[start : start + PER_PAGE]],
+            page=page,
+            pages=max(1, (len(waiting) + PER_PAGE - 1) // PER_PAGE),
+            total=len(waiting),
+        )
+
+    async def workers(self, request: web.Request) -> web.StreamResponse:
+        protocol = request.query.get("protocol") or None
+        rows = []
+        now = time.time()
+        for session in self._live_workers():
+            if protocol is not None and session.protocol != protocol:
+                continue
+            row = worker_json(session)
+            row["heartbeat_age"] = now - session.last_seen if session.last_seen else None
+            row["jobs_held"] = len(session.jobs)
+            row["address"] = session.info.get("address") or session.info.get("peer")
+            row["directable"] = session.protocol in LIFECYCLE and session.state not in (
+                WorkerState.TERMINATED,
+            )
+            rows.append(row)
+        rows.sort(key=lambda row: (row["protocol"], str(row["worker_id"])))
+        return self.render(
+            request,
+            "workers.html",
+            workers=rows,
+            lifecycle=sorted(LIFECYCLE.items()),
+            protocol=protocol,
+        )
+
+    def _job_row(self, job: Job) -> dict[str, Any]:
+        text, size, _ = preview(job.payload)
+        return {
+            "id": job.id,
+            "function": job.function,
+            "queue": job.queue,
+            "state": job.state.name.lower(),
+            "priority": priority_name(job.priority),
+            "attempts": job.attempts,
+            "created_at": job.created_at,
+            "run_at": job.run_at,
+            "size": size,
+            "preview": text[:80],
+            "error": error_text(job.error)[:160],
+        }
+
+    def _lookup(self, needle: str) -> Job | None:
+        job = self.engine.jobs.get(needle) or self.service.dead_letter.get(needle)
+        if job is not None:
+            return job
+        for candidate in self.engine.uniques.values():
+            if candidate.unique == needle:
+                return candidate
+        for candidate in self.service.dead_letter.jobs():
+            if candidate.unique == needle:
+                return candidate
+        return None
+
+    async def jobs(self, request: web.Request) -> web.StreamResponse:
+        needle = request.query.get("q", "").strip()
+        if needle:
+            job = self._lookup(needle)
+            if job is not None:
+                return see_other(f"{PREFIX}/jobs/{quote(job.id, safe='')}")
+        kind = request.query.get("list", "dead")
+        if kind not in ("scheduled", "retrying", "dead"):
+            kind = "dead"
+        if kind == "dead":
+            found = self.service.dead_letter.jobs()
+        else:
+            state = JobState.SCHEDULED if kind == "scheduled" else JobState.RETRYABLE
+            found = [j for j in self.engine.jobs.values() if j.state is state]
+        page = _page_number(request)
+        start = (page - 1) * PER_PAGE
+        return self.render(
+            request,
+            "jobs.html",
+            kind=kind,
+            needle=needle,
+            missing=bool(needle),
+            jobs=[self._job_row(j) for j in islice(found, start, start + PER_PAGE)],
+            page=page,
+            pages=max(1, (len(found) + PER_PAGE - 1) // PER_PAGE),
+            total=len(found),
+            query=lambda **kw: urlencode({"list": kind, **kw}),
+        )
+
+    async def job(self, request: web.Request) -> web.StreamResponse:
+        job_id = request.match_info["id"]
+        job = self.engine.jobs.get(job_id) or self.service.dead_letter.get(job_id)
+        if job is None:
+            raise web.HTTPNotFound(reason=f"no job {job_id!r}")
+        payload = preview(job.payload)
+        dead = job.id in self.service.dead_letter
+        return self.render(
+            request,
+            "job.html",
+            job=self._job_row(job),
+            source=source_of(job),
+            unique=job.unique,
+            payload=payload,
+            result=preview(job.result),
+            error=preview(error_text(job.error) if job.error is not None else None),
+            history=[error_text(e)[:PREVIEW] for e in (job.ext or {}).get("errors") or []],
+            progress=job.progress,
+            max_attempts=job.max_attempts,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            worker=job.worker.id if job.worker is not None else None,
+            dead=dead,
+            can_cancel=not job.state.terminal,
+            can_retry=job.state is JobState.DISCARDED,
+        )
+
+    async def cron(self, request: web.Request) -> web.StreamResponse:
+        rows = []
+        for entry in self.service.cron.entries():
+            last = self.engine.jobs.get(entry.last_job_id) if entry.last_job_id else None
+            rows.append(
+                {
+                    "name": entry.name,
+                    "expression": entry.expression.text,
+                    "timezone": entry.timezone,
+                    "type": entry.template.get("type"),
+                    "enabled": entry.enabled,
+                    "next_run_at": entry.next_run_at,
+                    "last_run_at": entry.last_run_at,
+                    "runs": entry.run_count,
+                    "last_job_id": entry.last_job_id,
+                    "last_state": last.state.name.lower() if last is not None else None,
+                }
+            )
+        return self.render(request, "cron.html", entries=rows)
+
+    async def workflows(self, request: web.Request) -> web.StreamResponse:
+        flows = sorted(self.service.workflows.all(), key=lambda f: -f.created_at)
+        return self.render(
+            request, "workflows.html", flows=[f.to_json() for f in flows[: PER_PAGE * 4]]
+        )
+
+    # ------------------------------------------------------------------ actions
+
+    async def queue_action(self, request: web.Request) -> web.StreamResponse:
+        form = await request.post()
+        name = request.match_info["name"]
+        action = request.match_info["action"]
+        if action not in ("pause", "resume") or name not in self.engine.queues:
+            raise web.HTTPNotFound(reason="no such queue or action")
+        self.engine.queue(name).paused = action == "pause"
+        return self.back(request, form, PREFIX + "/queues")
+
+    async def worker_action(self, request: web.Request) -> web.StreamResponse:
+        form = await request.post()
+        state = form.get("state")
+        direct_worker(self.service, request.app, request.match_info["id"], str(state))
+        return self.back(request, form, PREFIX + "/workers")
+
+    def _act(self, job_id: str, action: str) -> None:
+        service = self.service
+        if action == "retry":
+            if job_id in service.dead_letter:
+                service.dead_letter.retry(job_id)
+                return
+            job = service.job(job_id)
+            self.engine.revive(job)
+        elif action == "delete":
+            if job_id in service.dead_letter:
+                service.dead_letter.delete(job_id)
+                return
+            job = service.job(job_id)
+            if not job.state.terminal:
+                self.engine.cancel(job)
+            self.engine.forget(job)
+        elif action == "cancel":
+            self.engine.cancel(service.job(job_id))
+        else:
+            raise web.HTTPNotFound(reason=f"no action {action!r}")
+
+    async def job_action(self, request: web.Request) -> web.StreamResponse:
+        form = await request.post()
+        job_id = request.match_info["id"]
+        action = request.match_info["action"]
+        self._act(job_id, action)
+        default = f"{PREFIX}/jobs/{quote(job_id, safe='')}"
+        if action == "delete":
+            default = PREFIX + "/jobs"
+        return self.back(request, form, default)
+
+    async def bulk_action(self, request: web.Request) -> web.StreamResponse:
+        form = await request.post()
+        action = str(form.get("action", ""))
+        if action not in ("retry", "delete", "cancel"):
+            raise web.HTTPBadRequest(reason="pick retry, delete or cancel")
+        for job_id in form.getall("job", []):
+            with contextlib.suppress(OJSError, UnknownJob, IllegalTransition):
+                self._act(str(job_id), action)
+        return self.back(request, form, PREFIX + "/jobs")
+
+    async def cron_action(self, request: web.Request) -> web.StreamResponse:
+        form = await request.post()
+        name = request.match_info["name"]
+        action = request.match_info["action"]
+        if action not in ("enable", "disable") or self.service.cron.get(name) is None:
+            raise web.HTTPNotFound(reason="no such cron entry or action")
+        self.service.cron.set_enabled(name, action == "enable")
+        return self.back(request, form, PREFIX + "/cron")
+
+    async def workflow_cancel(self, request: web.Request) -> web.StreamResponse:
+        form = await request.post()
+        flow = self.service.workflows.get(request.match_info["id"])
+        if flow is None:
+            raise web.HTTPNotFound(reason="no such workflow")
+        self.service.workflows.cancel(flow)
+        return self.back(request, form, PREFIX + "/workflows")
+
+
+def see_other(location: str) -> web.Response:
+    """A redirect as a plain reply (an exception would meet the OJS error middleware)."""
+    return web.Response(status=303, headers={"Location": location})
+
+
+def _page_number(request: web.Request) -> int:
+    try:
+        return max(1, min(10**6, int(request.query.get("page", "1"))))
+    except ValueError:
+        return 1
