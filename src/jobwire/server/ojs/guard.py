@@ -20,7 +20,6 @@ from jobwire.server.auth import (
     CLIENT,
     WORKER,
     Principal,
-    RateLimiter,
     Security,
     bearer_token,
 )
@@ -106,7 +105,7 @@ class Guard:
 
     def __init__(self, security: Security) -> None:
         self.auth = security.auth
-        self.limiter = RateLimiter(security.rate) if security.rate else None
+        self.limiter = security.rate_limiter()
 
     @web.middleware
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
