@@ -4,14 +4,17 @@
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.security.conftest import TOKENS
+from tests.security.http_util import call
 from tests.security.pki import PKI
 from tests.servers import ServerProcess, start_jobwire
 
@@ -104,3 +107,44 @@ def test_tls_cert_needs_tls_key(secured: ServerProcess, pki: PKI) -> None:
     done = jobwire("submit", "echo", "x", "--server", secured.address, "--tls-cert", str(cert))
     assert done.returncode == 2
     assert "--tls-cert and --tls-key go together" in done.stderr.decode()
+
+
+def test_an_ojs_worker_process_fetches_over_https_with_its_token(
+    secured: ServerProcess, pki: PKI
+) -> None:
+    base = f"https://127.0.0.1:{secured.http_port}"
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    env.pop("JOBWIRE_TOKEN", None)
+    proc = subprocess.Popen(
+        [
+            sys.executable, "-m", "jobwire", "worker", "tests.sdk.fixtures_tasks:worker",
+            "--ojs", base, "--queue", "cli-ojs", "--tls-ca", str(pki.ca),
+            "--token", TOKENS["runner"],
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        status, _, body = call(
+            base + "/ojs/v1/jobs",
+            "POST",
+            {"type": "echo", "args": ["hi"], "options": {"queue": "cli-ojs"}},
+            token=TOKENS["submitter"],
+            context=context,
+        )
+        assert status == 201, body
+        job_id = body["job"]["id"]
+        end = time.monotonic() + DEADLINE
+        while True:
+            _, _, job = call(
+                base + f"/ojs/v1/jobs/{job_id}", token=TOKENS["submitter"], context=context
+            )
+            if job["job"]["state"] == "completed":
+                break
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < end, job
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=DEADLINE)
