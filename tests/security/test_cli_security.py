@@ -148,3 +148,17 @@ def test_an_ojs_worker_process_fetches_over_https_with_its_token(
     finally:
         proc.terminate()
         proc.wait(timeout=DEADLINE)
+
+
+def test_worker_state_sends_the_admin_token_over_https(secured: ServerProcess, pki: PKI) -> None:
+    url = f"https://127.0.0.1:{secured.http_port}"
+    common = ["worker-state", "no-such-worker", "quiet", "--url", url, "--tls-ca", str(pki.ca)]
+    anonymous = jobwire(*common)
+    assert anonymous.returncode == 1
+    assert "401" in anonymous.stderr.decode()
+    client = jobwire(*common, token=TOKENS["submitter"])
+    assert "403" in client.stderr.decode()
+    admin = jobwire(*common, "--token", TOKENS["operator"])
+    assert admin.returncode == 1  # past the guard: the server knows no such worker
+    assert "401" not in admin.stderr.decode() and "403" not in admin.stderr.decode()
+    assert "no-such-worker" in admin.stderr.decode() or "404" in admin.stderr.decode()
