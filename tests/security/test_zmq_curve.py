@@ -11,6 +11,7 @@ import zmq.auth
 from zmq.utils.monitor import recv_monitor_message
 
 import zmq
+from jobwire.protocols.zmq import wmp
 from jobwire.server.auth import hash_token
 from tests.servers import ServerProcess, free_port, start_jobwire
 
@@ -59,17 +60,20 @@ roles = ["admin"]
         f'    secret-key = "{secret_key.decode()}"\n'
     )
     freelance_port, frontend, backend = free_port(), free_port(), free_port()
+    wmp_port = free_port()
     server = start_jobwire(
         [
             "--auth", str(auth), "--zmq-curve-secret", str(secret),
             "--freelance-port", str(freelance_port), "--verbose", "WARNING",
             "--ppp-frontend", f"tcp://127.0.0.1:{frontend}",
             "--ppp-backend", f"tcp://127.0.0.1:{backend}",
+            "--wmp-port", str(wmp_port), "--wmp-heartbeat", "10",
         ],
         zmq=True,
         workdir=root,
     )  # fmt: skip
     server.extra["freelance_port"] = freelance_port
+    server.extra["wmp"] = f"tcp://127.0.0.1:{wmp_port}"
     server.extra["ppp_frontend"] = f"tcp://127.0.0.1:{frontend}"
     server.extra["ppp_backend"] = f"tcp://127.0.0.1:{backend}"
     yield server
@@ -278,3 +282,57 @@ def test_a_clients_file_key_may_start_with_a_hash(
     clients.write_text("not a key\n")
     with pytest.raises(ValueError, match="clients:1"):
         CurveOptions.load(secret, clients, None)
+
+
+def wmp_recv(sock: zmq.Socket[bytes]) -> wmp.Message:
+    """The next WMP message on a worker's DEALER, heartbeats skipped."""
+    while True:
+        frames = sock.recv_multipart()
+        hops, body = wmp.split_envelope(frames)
+        assert hops == (), frames
+        message = wmp.decode(body)
+        if message.command != wmp.HEARTBEAT:
+            return message
+
+
+def wmp_send(sock: zmq.Socket[bytes], command: bytes, headers: dict[str, object]) -> None:
+    sock.send_multipart([b"", *wmp.encode(command, headers)])
+
+
+def test_wmp_serves_worker_keys_and_answers_client_keys_error(
+    curve_server: ServerProcess, keys: dict[str, tuple[bytes, bytes]], context: zmq.Context
+) -> None:  # type: ignore[type-arg]
+    address = str(curve_server.extra["wmp"])
+    # A client key may not act as a WMP worker: READY and GIVE are answered ERROR.
+    impostor = dealer(context, curve_server, keys, "zclient")
+    impostor.connect(address)
+    wmp_send(impostor, wmp.READY, {"slot": "0", "functions": "curve.wmp"})
+    refused = wmp_recv(impostor)
+    assert refused.command == wmp.ERROR
+    assert refused.get("reason").startswith("forbidden"), refused
+    wait_for_log(curve_server, "wmp: refused a message of a key without the worker role")
+    # A worker key may: it is woken for the client key's Majordomo request and serves it.
+    worker = dealer(context, curve_server, keys, "zworker")
+    worker.connect(address)
+    wmp_send(worker, wmp.READY, {"slot": "0", "functions": "curve.wmp"})
+    client = dealer(context, curve_server, keys, "zclient")
+    client.connect(endpoint(curve_server))
+    client.send_multipart([b"", b"MDPC01", b"curve.wmp", b"for a worker key"])
+    assert wmp_recv(worker).command == wmp.WAKE
+    # The refused client key asks for the job before the worker does: ERROR, not TAKE.
+    wmp_send(impostor, wmp.GIVE, {"slot": "0"})
+    refused = wmp_recv(impostor)
+    assert refused.command == wmp.ERROR, refused
+    wmp_send(worker, wmp.GIVE, {"slot": "0"})
+    take = wmp_recv(worker)
+    assert take.command == wmp.TAKE, take
+    assert take.payload == (b"for a worker key",)
+    worker.send_multipart(
+        [b"", *wmp.encode(wmp.DONE, {"slot": "0", "job": take.get("job")}, [b"served"])]
+    )
+    assert client.recv_multipart() == [b"", b"MDPC01", b"curve.wmp", b"served"]
+    # The other way: the worker key may not act as a client (Majordomo answers 403).
+    worker_as_client = dealer(context, curve_server, keys, "zworker")
+    worker_as_client.connect(endpoint(curve_server))
+    worker_as_client.send_multipart([b"", b"MDPC01", b"curve.wmp", b"x"])
+    assert worker_as_client.recv_multipart()[4] == b"403"

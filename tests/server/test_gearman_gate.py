@@ -36,6 +36,7 @@ class FakeConnection:
         self.gate: Gate | None = None
         self.principal = "-"
         self.peer_ip = "test"
+        self.settled = False
 
     def send(self, data: bytes) -> None:
         self.log.append(("send", data))
@@ -45,6 +46,9 @@ class FakeConnection:
 
     def close_after_flush(self) -> None:
         self.closing = True
+
+    def settle_idle(self) -> None:  # authenticated: the idle timeout stops
+        self.settled = True
 
 
 AUTH = Authenticator.from_mapping(

@@ -8,11 +8,13 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 import click
 
 from jobwire.sdk import admin
+from jobwire.sdk.cli_security import secure, security_options, tls_context
 from jobwire.sdk.client import Client
 from jobwire.sdk.errors import JobwireError
 from jobwire.sdk.tasks import Task
@@ -165,6 +167,7 @@ def load_ojs_worker(target: str) -> OjsWorker:
     help="With --ojs: a queue to fetch from, in order; repeatable (default: the task names, "
     "then default).",
 )
+@security_options
 def worker_command(
     target: str,
     servers: Sequence[str],
@@ -178,12 +181,21 @@ def worker_command(
     roles: Sequence[str],
     ojs_url: str | None,
     queues: Sequence[str],
+    token: str | None,
+    tls_ca: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
 ) -> None:
     """Run the Worker object found at MODULE:ATTR.
 
     With --mdp (or when MODULE:ATTR is an MdpWorker) it serves Majordomo requests: an
     MdpWorker as it is, a Gearman Worker's tasks through a new MdpWorker. With --ojs (or when
     MODULE:ATTR is an OjsWorker) it fetches Open Job Spec jobs over HTTP, the same way.
+
+    When MODULE:ATTR is a RotaWorker, it serves Rota jobs over its /work WebSocket.
+
+    --token and --tls-* authenticate to a server run with --auth and TLS (not with --mdp or
+    --wmp, whose security is CURVE).
 
     SIGTERM/SIGINT stop it gracefully, SIGTSTP makes it quiet, SIGCONT resumes it.
     """
@@ -193,8 +205,23 @@ def worker_command(
         stream=sys.stderr,
     )
     from jobwire.sdk.ojs_worker import OjsWorker
+    from jobwire.sdk.ws_worker import RotaWorker
     from jobwire.sdk.zmq import MdpWorker
 
+    tls = tls_context(tls_ca, tls_cert, tls_key)
+    if isinstance(load_object(target), RotaWorker):
+        if mdp or wmp_managers or ojs_url is not None:
+            raise click.UsageError("a RotaWorker serves /work: no --mdp, --wmp or --ojs")
+        rota_worker = cast(RotaWorker, load_object(target))
+        secure(rota_worker, tls, token)
+        if concurrency is not None:
+            rota_worker.concurrency = concurrency
+        if grace_period is not None:
+            rota_worker.grace_period = grace_period
+        rota_worker.run()
+        return
+    if (tls is not None or token is not None) and (mdp or wmp_managers):
+        raise click.UsageError("--token and --tls-* are for Gearman, --ojs and Rota workers")
     if ojs_url is not None or isinstance(load_object(target), OjsWorker):
         if mdp or wmp_managers:
             raise click.UsageError("--ojs cannot be combined with --mdp or --wmp")
@@ -209,6 +236,7 @@ def worker_command(
             ojs_worker.grace_period = grace_period
         if heartbeat is not None:
             ojs_worker.heartbeat = heartbeat
+        secure(ojs_worker, tls, token)
         ojs_worker.run()
         return
     if queues:
@@ -243,6 +271,7 @@ def worker_command(
         worker.concurrency = concurrency
     if grace_period is not None:
         worker.grace_period = grace_period
+    secure(worker, tls, token)
     worker.run()
 
 
@@ -261,6 +290,7 @@ def worker_command(
 @servers_option
 @mdp_option
 @version_option
+@security_options
 def submit_command(
     function: str,
     data: str | None,
@@ -271,6 +301,10 @@ def submit_command(
     servers: Sequence[str],
     mdp: bool,
     mdp_version: int | None,
+    token: str | None,
+    tls_ca: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
 ) -> None:
     """Submit a job to FUNCTION with DATA (standard input when DATA is absent).
 
@@ -280,14 +314,17 @@ def submit_command(
     frame of the reply on a line of its own, or with -b stores the request with Titanic and
     prints its uuid. --timeout is then the Lazy Pirate timeout of each of 3 attempts (2.5 s).
     """
+    tls = tls_context(tls_ca, tls_cert, tls_key)
     payload = data.encode() if data is not None else sys.stdin.buffer.read()
     if mdp:
         if unique is not None or priority != "normal":
             raise click.UsageError("--unique and --priority are Gearman options")
+        if tls is not None or token is not None:
+            raise click.UsageError("--token and --tls-* are Gearman options")
         submit_mdp(function, payload, background, timeout, mdp_endpoint(servers), mdp_version)
         return
     try:
-        with Client(servers or [DEFAULT_SERVER]) as client:
+        with Client(servers or [DEFAULT_SERVER], tls=tls, token=token) as client:
             if background:
                 click.echo(
                     client.submit_background(  # type: ignore[call-overload]
@@ -386,16 +423,26 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
 
 @click.command("status")
 @servers_option
-def status_command(servers: Sequence[str]) -> None:
+@security_options
+def status_command(
+    servers: Sequence[str],
+    token: str | None,
+    tls_ca: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+) -> None:
     """Show each server's queues and workers (admin `status` and `workers`)."""
+    tls = tls_context(tls_ca, tls_cert, tls_key)
     failed = False
     for number, server in enumerate(servers or [DEFAULT_SERVER]):
         if number:
             click.echo()
         click.echo(f"== {server}")
         try:
-            functions = admin.status(server)
-            connections = [row for row in admin.workers(server) if row.functions]
+            functions = admin.status(server, tls=tls, token=token)
+            connections = [
+                row for row in admin.workers(server, tls=tls, token=token) if row.functions
+            ]
         except JobwireError as exc:
             click.echo(f"error: {exc}", err=True)
             failed = True

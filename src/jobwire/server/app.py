@@ -270,7 +270,7 @@ class Server:
                 raise SystemExit(f"jobwire: cannot start binary star: {exc}") from exc
         security = config.security
         announce_security(config)
-        gearman = GearmanServer(runtime, config.gearman, security.auth)
+        gearman = GearmanServer(runtime, config.gearman, security.auth, security.rate_limiter())
         runtime.on_shutdown = lambda graceful: self._shutdown(engine, graceful)
         if config.pid_file is not None:
             config.pid_file.write_text(f"{os.getpid()}\n")

@@ -315,6 +315,14 @@ class Security:
     #: place on SIGHUP (`reload`).
     context: ssl.SSLContext | None = None
     rate: float | None = None
+    _limiter: RateLimiter | None = field(default=None, repr=False)
+
+    def rate_limiter(self) -> RateLimiter | None:
+        """--rate-limit's one limiter, shared by the HTTP and Gearman ports (a principal's
+        requests on both count against one budget); None without --rate-limit."""
+        if self.rate and self._limiter is None:
+            self._limiter = RateLimiter(self.rate)
+        return self._limiter
 
     def reload(self) -> None:
         if self.tls is not None and self.context is not None:

@@ -155,6 +155,8 @@ class GearmanConnection(Transport):
         self, function: bytes, unique: bytes, payload: bytes, priority: int, background: bool
     ) -> None:
         """A submit without options (the hot path)."""
+        if self.server.limiter is not None and self.rate_limited():
+            return
         now = self.now
         if not now:
             now = self.now = self.engine.clock()
@@ -172,6 +174,19 @@ class GearmanConnection(Transport):
             self.error("QUEUE_ERROR", str(exc))
             return
         self._job_created(job, created, background)
+
+    def rate_limited(self) -> bool:
+        """--rate-limit: whether this submission is over its principal's (or, without
+        --auth, its peer address's) rate; if so it is answered ERROR RATE_LIMITED."""
+        limiter = self.server.limiter
+        if limiter is None:
+            return False
+        key = self.peer_ip if self.principal == "-" else self.principal  # as over HTTP
+        wait = limiter.take(key)
+        if not wait:
+            return False
+        self.error("RATE_LIMITED", f"over --rate-limit: retry in {wait:.3f} s")
+        return True
 
     def work_complete(self, number: int, handle: bytes, result: bytes) -> None:
         job = self.held(number, handle, NOT_HELD)
@@ -373,6 +388,8 @@ class GearmanConnection(Transport):
         run_at: float | None = None,
         reducer: bytes | None = None,
     ) -> None:
+        if self.server.limiter is not None and self.rate_limited():
+            return
         raw_function, raw_unique, payload = args[0], args[1], args[-1]
         if len(raw_unique) > MAX_UNIQUE:
             self.error("ARGUMENT_TOO_LARGE", "Unique value too large")

@@ -12,7 +12,7 @@ from jobwire.server.gearman.handlers import GearmanConnection
 from jobwire.server.runtime import Runtime
 
 if TYPE_CHECKING:
-    from jobwire.server.auth import Authenticator
+    from jobwire.server.auth import Authenticator, RateLimiter
 
 
 @dataclass(slots=True)
@@ -38,11 +38,18 @@ class GearmanServer:
     """Listener state shared by its connections."""
 
     def __init__(
-        self, runtime: Runtime, options: GearmanOptions, auth: Authenticator | None = None
+        self,
+        runtime: Runtime,
+        options: GearmanOptions,
+        auth: Authenticator | None = None,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self.runtime = runtime
         #: --auth: every connection gets a `gate.Gate` for its principal's roles.
         self.auth = auth
+        #: --rate-limit: submissions a second per principal (per peer address without
+        #: --auth), counted by the HTTP port's limiter; None: no limit (a submit tests this).
+        self.limiter = limiter
         self.engine: Engine = runtime.engine
         self.options = options
         self.connections: dict[int, GearmanConnection] = {}

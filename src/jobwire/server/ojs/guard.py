@@ -25,7 +25,6 @@ from jobwire.server.auth import (
     CLIENT,
     WORKER,
     Principal,
-    RateLimiter,
     Security,
     bearer_token,
 )
@@ -124,7 +123,7 @@ class Guard:
 
     def __init__(self, security: Security) -> None:
         self.auth = security.auth
-        self.limiter = RateLimiter(security.rate) if security.rate else None
+        self.limiter = security.rate_limiter()
         #: Dashboard sessions: cookie value -> principal.
         self.sessions: OrderedDict[str, Principal] = OrderedDict()
 

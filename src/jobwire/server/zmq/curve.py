@@ -12,8 +12,10 @@ With --auth, each message carries its sender's key (the ZAP User-Id), which name
 principal; `RoleCheck` then lets a client key send client messages only (MDP client
 requests, MMI, Titanic, Paranoid Pirate and Freelance requests) and a worker key worker
 messages only (MDP worker commands, the Pirate backend, WMP). A refused Majordomo request is
-answered with the error body `403`; a refused Majordomo worker is sent DISCONNECT; other
-refusals are dropped (those protocols have no way to say no) and logged.
+answered with the error body `403`; a refused Majordomo worker is sent DISCONNECT; a refused
+WMP message is answered ERROR `reason=forbidden: ...` by WMP's own rule (a message that is not
+WMP at all is dropped); other refusals are dropped (those protocols have no way to say no)
+and logged.
 """
 
 from __future__ import annotations
@@ -124,6 +126,19 @@ class RoleCheck:
             if self._may(user_id, role):
                 return True
             log.warning("%s: refused a message of a key without the %s role", listener, role)
+            return False
+
+        return check
+
+    def wmp(self, refuse: Callable[[bytes, list[bytes], str], None]) -> Check:
+        """The WMP manager's socket: worker keys only; `refuse(identity, frames, reason)`
+        answers anything else ERROR (`WmpManager.refuse`)."""
+
+        def check(identity: bytes, frames: list[bytes], user_id: str) -> bool:
+            if self._may(user_id, WORKER):
+                return True
+            log.warning("wmp: refused a message of a key without the worker role")
+            refuse(identity, frames, "forbidden: this key's principal lacks the worker role")
             return False
 
         return check

@@ -171,7 +171,7 @@ class ZmqServer:
                 max_message=options.max_message,
                 on_read=note_read,
                 curve=curve,
-                check=roles.fixed(WORKER, "wmp") if roles is not None else None,
+                check=roles.wmp(self.wmp.refuse) if roles is not None else None,
             )
             log.info("jobwire listening on %s (zeromq: wmp)", self.wmp.socket.endpoint)
             self._every(options.wmp_heartbeat, self.wmp.tick)

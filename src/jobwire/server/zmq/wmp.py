@@ -123,6 +123,17 @@ class WmpManager:
             log.info("invalid WMP message from %r: %s", identity[:32], exc)
             self.send(path, wmp.ERROR, {"reason": exc.reason})
 
+    def refuse(self, identity: bytes, frames: list[bytes], reason: str) -> None:
+        """Answer a message the role check refused ERROR `reason`, by WMP's error rule: a
+        message that is not WMP at all is dropped, and nothing is acted on."""
+        try:
+            hops, body = wmp.split_envelope(frames)
+            wmp.decode(body)
+        except WmpError as exc:
+            if not exc.answerable:
+                return
+        self.send((identity, *hops), wmp.ERROR, {"reason": reason})
+
     def _dispatch(self, path: Path, message: Message) -> None:
         command = message.command
         if command not in wmp.WORKER_COMMANDS:
