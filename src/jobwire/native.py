@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
 
-#: The Gearman hot path, compiled together into one shared library (`jobwire.hot__mypyc`).
+#: The Gearman hot path and the SDK's, compiled together into one shared library
+#: (`jobwire.hot__mypyc`).
 MODULES = (
     "jobwire.engine.engine",
     "jobwire.engine.events",
@@ -42,6 +43,13 @@ MODULES = (
     "jobwire.ports.journal",
     "jobwire.store.redolog",
     "jobwire.store.sqlite",
+    # The Python SDK's per-job path (client connections, the worker). `client.py` is not
+    # among them: mypyc does not compile async generators (`AsyncClient.stream`).
+    "jobwire.sdk.connection",
+    "jobwire.sdk.lifecycle",
+    "jobwire.sdk.payload",
+    "jobwire.sdk.session",
+    "jobwire.sdk.worker",
 )
 GROUP = "jobwire.hot"
 #: Written beside this file by setup.py after a successful compile: the sources it compiled.

@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable
 from typing import cast
 
+from mypy_extensions import mypyc_attr
+
 from jobwire.protocols.gearman import Decoder, Packet, PacketType, encode_request
 from jobwire.protocols.gearman.decoder import Message
 from jobwire.sdk.errors import ServerUnavailable
@@ -77,6 +79,7 @@ def _not_waiting() -> bool:
     return False
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled; tests subclass it
 class Connection(asyncio.BufferedProtocol):
     """A Gearman connection that passes every server packet to `on_packet`.
 

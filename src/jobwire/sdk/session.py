@@ -18,6 +18,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from mypy_extensions import mypyc_attr
+
 from jobwire.protocols.gearman import Packet, PacketType, encode_request
 from jobwire.sdk.connection import Connection, parse_address
 from jobwire.sdk.errors import JobException, JobFailed, ServerError, ServerUnavailable
@@ -51,13 +53,14 @@ DataCallback = Callable[[bytes], None]
 StatusCallback = Callable[[int, int], None]
 
 
+@mypyc_attr(native_class=False)  # compiled, a str subclass must stay a Python class
 class Handle(str):
     """A background job's handle; `server` is the address of the server that holds the job."""
 
     server: str
 
     def __new__(cls, value: str, server: str) -> Handle:
-        handle = super().__new__(cls, value)
+        handle = str.__new__(cls, value)  # not super(): mypyc compiles this module
         handle.server = server
         return handle
 

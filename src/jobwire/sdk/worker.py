@@ -49,6 +49,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from jobwire.protocols.gearman import Packet, PacketType, encode_request
 from jobwire.sdk.connection import Connection, format_address, parse_address
 from jobwire.sdk.errors import JobFailed, ServerUnavailable
@@ -100,7 +102,7 @@ class Job:
         "_conn",
         "_finished",
         "_loop",
-        "_thread",
+        "_owner",
         "function",
         "handle",
         "payload",
@@ -122,7 +124,7 @@ class Job:
         self.payload = payload
         self._conn = conn
         self._loop = loop
-        self._thread = threading.get_ident()
+        self._owner = threading.get_ident()
         self._finished = False
 
     def __repr__(self) -> str:
@@ -148,7 +150,7 @@ class Job:
 
     def _emit(self, ptype: PacketType, *args: bytes) -> None:
         packet = encode_request(ptype, self.handle.encode(), *args)
-        if threading.get_ident() == self._thread:
+        if threading.get_ident() == self._owner:
             self._write(packet)
             return
         # From a task's thread: hop onto the loop. Callbacks run in order, so updates still go
@@ -206,6 +208,7 @@ def _describe(exc: BaseException) -> bytes:
     return text.encode("utf-8", "replace")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled; users may subclass it
 class Worker(Lifecycle[Job]):
     """Runs tasks for Gearman jobs from every server in `servers`.
 
