@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
 
-#: The Gearman and Majordomo hot paths, compiled together into one shared library
+#: The Gearman and Majordomo hot paths and the SDK's, compiled together into one shared library
 #: (`jobwire.hot__mypyc`).
 MODULES = (
     "jobwire.engine.engine",
@@ -48,6 +48,13 @@ MODULES = (
     "jobwire.ports.journal",
     "jobwire.store.redolog",
     "jobwire.store.sqlite",
+    # The Python SDK's per-job path (client connections, the worker). `client.py` is not
+    # among them: mypyc does not compile async generators (`AsyncClient.stream`).
+    "jobwire.sdk.connection",
+    "jobwire.sdk.lifecycle",
+    "jobwire.sdk.payload",
+    "jobwire.sdk.session",
+    "jobwire.sdk.worker",
 )
 GROUP = "jobwire.hot"
 #: Written beside this file by setup.py after a successful compile: the sources it compiled.

@@ -12,6 +12,7 @@ import pytest
 from jobwire import AsyncClient, Client, JobException, JobFailed, ServerUnavailable, Timeout
 from jobwire.protocols.gearman import Packet, encode_request
 from jobwire.sdk import Handle, JobStatus, Update
+from jobwire.sdk.connection import Connection
 from jobwire.sdk.session import Request, Session, submit_type
 from tests.interop.gearman_raw import priority_status, wait_until
 from tests.sdk.support import Markers, P, as_json, fake_server
@@ -117,15 +118,13 @@ def test_submit_many_pipelined(client: Client) -> None:
     assert len(set(handles)) == 10 and all(isinstance(h, Handle) for h in handles)
 
 
-class StubConnection:
-    """Just enough of a Connection to watch what a Session writes."""
-
-    name = "stub:4730"
-    error = None
-    is_open = True
+class StubConnection(Connection):
+    """A Connection never connected, that keeps what a Session writes (a subclass: the SDK's
+    compiled Session takes nothing else)."""
 
     def __init__(self) -> None:
-        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        super().__init__(("stub", 4730), lambda packet: None)
+        self.is_open = True
         self.writes: list[bytes] = []
         self.wrote = asyncio.Event()
 
@@ -137,7 +136,7 @@ class StubConnection:
 def test_submit_many_is_one_write_with_replies_matched_in_order() -> None:
     async def main() -> None:
         conn = StubConnection()
-        session = Session(conn)  # type: ignore[arg-type]
+        session = Session(conn)
         bg = submit_type("normal", True)
         requests = [Request(encode_request(bg, b"f", b"u%d" % i, b"x")) for i in range(5)]
         batch = asyncio.ensure_future(session.run(requests, timeout=30))

@@ -43,6 +43,7 @@ from jobwire.sdk.errors import NotAcknowledged, ServerUnavailable, Timeout
 from jobwire.sdk.loops import CallerLoop
 from jobwire.sdk.payload import to_bytes
 from jobwire.sdk.session import (
+    _SUBMIT,
     _UNSET,
     MAX_UNIQUE,
     DataCallback,
@@ -220,10 +221,29 @@ class AsyncClient:
         job's updates as they arrive; after a retry, updates may repeat.
         """
         listener = Listener(on_data, on_warning, on_status)
-        request = self._request(function, payload, unique, priority, False, listener)
-        work = self._execute([request], self._start(unique))
-        outcome = await (work if timeout is None else self._with_deadline(work, timeout))
-        return self._unwrap(outcome[0], bytes)
+        requests = [self._request(function, payload, unique, priority, False, listener)]
+        start = self._start(unique)
+        if timeout is None:
+            # `_execute` inlined for the usual case (connected, no deadline): one coroutine
+            # per call instead of three, each of which every resumption passes through.
+            session = self._sessions.get(start % len(self.servers))
+            if session is not None and session.conn.is_open:
+                batch = session.start(requests, self.timeout)
+                try:
+                    await batch.done
+                finally:
+                    if batch.left:  # cancelled: stop listening
+                        session.abandon(batch, requests)
+                outcome = batch.outcomes[0]
+                if isinstance(outcome, ServerUnavailable):
+                    outcome = (await self._attempts(requests, start, batch.outcomes))[0]
+                if type(outcome) is bytes:
+                    return outcome
+                return self._unwrap(outcome, bytes)
+            outcomes = await self._execute(requests, start)
+        else:
+            outcomes = await self._with_deadline(self._execute(requests, start), timeout)
+        return self._unwrap(outcomes[0], bytes)
 
     async def submit_background(
         self,
@@ -539,7 +559,9 @@ class AsyncClient:
         background: bool,
         listener: Listener | None,
     ) -> Request:
-        ptype = submit_type(priority, background)
+        ptype = _SUBMIT.get((priority, background))
+        if ptype is None:
+            ptype = submit_type(priority, background)  # raises the ValueError
         # The default key: random per client, numbered per submission (as unique as a UUID
         # per submission, without the syscall).
         raw_unique = (
@@ -552,7 +574,8 @@ class AsyncClient:
         # TypeError it raises and swallows costs more than the search.
         if not raw_function or 0 in raw_function or 0 in raw_unique:
             raise ValueError("function names must be non-empty; neither may contain NUL")
-        return Request(encode_request(ptype, raw_function, raw_unique, to_bytes(payload)), listener)
+        data = payload if type(payload) is bytes else to_bytes(payload)
+        return Request(encode_request(ptype, raw_function, raw_unique, data), listener)
 
     def _start(self, unique: str | None) -> int:
         """The first server to try: by unique key, so equal keys meet; else round robin.

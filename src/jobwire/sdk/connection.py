@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable
 from typing import Any, cast
 
+from mypy_extensions import mypyc_attr
+
 from jobwire.protocols.gearman import Decoder, Packet, PacketType, encode_request
 from jobwire.protocols.gearman.decoder import Message
 from jobwire.sdk.errors import AuthenticationFailed, ServerUnavailable
@@ -78,6 +80,7 @@ def _not_waiting() -> bool:
     return False
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled; tests subclass it
 class Connection(asyncio.BufferedProtocol):
     """A Gearman connection that passes every server packet to `on_packet`.
 
@@ -222,21 +225,14 @@ class Connection(asyncio.BufferedProtocol):
         return self._buffer
 
     def buffer_updated(self, nbytes: int) -> None:
+        # Every packet of the read, then `after_read` once; one function, as this runs once
+        # per read (and a call costs as much as the rest of the handling of a small read).
         self._heard = self.heard_anything = True
         self._reading = True
-        try:
-            self._handle(self._decoder.feed(self._buffer[:nbytes].tobytes()))
-        finally:
-            self._reading = False
-            self._write_out()
-            if self._busy_poll:
-                self._poll_a_while()
-
-    def _handle(self, messages: list[Message]) -> None:
-        on_packet = self.on_packet
         message: Message | None = None
         try:
-            for message in messages:
+            on_packet = self.on_packet
+            for message in self._decoder.feed(self._buffer[:nbytes].tobytes()):
                 if not isinstance(message, Packet):
                     self.abort(ServerUnavailable(f"{self.name} sent bad data: {message}"))
                     return
@@ -255,6 +251,12 @@ class Connection(asyncio.BufferedProtocol):
             what = repr(message) if message is not None else "a read"
             log.exception("handling %s from %s failed", what, self.name)
             self.abort(ServerUnavailable(f"internal error handling {what}: {exc}"))
+        finally:
+            self._reading = False
+            if self._out:
+                self._write_out()
+            if self._busy_poll:
+                self._poll_a_while()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
@@ -300,11 +302,15 @@ class Connection(asyncio.BufferedProtocol):
 
     def send_batched(self, data: bytes) -> None:
         """`send`, writing at once if `batch` messages are queued."""
-        if len(self._out) + 1 >= self._batch and self.is_open:
-            self._out.append(data)
+        if not self.is_open:
+            raise ServerUnavailable(f"connection to {self.name} is closed: {self.error}")
+        out = self._out
+        out.append(data)
+        if len(out) >= self._batch:
             self._write_out()
-        else:
-            self.send(data)
+        elif not self._reading and not self._flush_due:  # `flush_later`, inlined
+            self._flush_due = True
+            self._loop.call_soon(self.flush)
 
     def flush_later(self) -> None:
         """Flush on the next loop turn, after the callbacks already scheduled (say, the first

@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from enum import StrEnum
 from typing import Any, ClassVar, Generic, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from jobwire.sdk.loops import run
 
 J = TypeVar("J")
@@ -30,6 +32,7 @@ class WorkerState(StrEnum):
     TERMINATED = "terminated"
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled; the other workers are not
 class Lifecycle(Generic[J]):
     """State, stop/quiet/resume and the grace period; subclasses serve and run the jobs."""
 

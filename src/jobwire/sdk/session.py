@@ -19,6 +19,8 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from mypy_extensions import mypyc_attr
+
 from jobwire.protocols.gearman import Packet, PacketType, encode_request
 from jobwire.sdk.connection import Connection, parse_address
 from jobwire.sdk.errors import JobException, JobFailed, ServerError, ServerUnavailable
@@ -52,13 +54,14 @@ DataCallback = Callable[[bytes], None]
 StatusCallback = Callable[[int, int], None]
 
 
+@mypyc_attr(native_class=False)  # compiled, a str subclass must stay a Python class
 class Handle(str):
     """A background job's handle; `server` is the address of the server that holds the job."""
 
     server: str
 
     def __new__(cls, value: str, server: str) -> Handle:
-        handle = super().__new__(cls, value)
+        handle = str.__new__(cls, value)  # not super(): mypyc compiles this module
         handle.server = server
         return handle
 
@@ -362,7 +365,8 @@ class Session:
         if kind == _WORK_COMPLETE:  # the commonest, first
             handle = packet.args[0].decode("utf-8", "surrogateescape")
             for each in self.listeners.pop(handle, ()):
-                each.packet(packet, handle)
+                if each.batch is not None:  # `each.packet(packet, handle)`, inlined
+                    each.batch.settle(each.index, packet.args[1])
             return
         if kind in _WORK:
             # gearmand ends a WORK_FAIL it converted from an exception with a NUL.
@@ -438,6 +442,18 @@ class Session:
     async def run(self, requests: list[Request], timeout: float | None = None) -> list[object]:
         """Submit `requests` in one write; each outcome is the result (foreground), a Handle
         (background), or the exception that ended it (ServerUnavailable means: retry it)."""
+        batch = self.start(requests, timeout)
+        try:
+            await batch.done
+        finally:
+            if batch.left:  # cancelled (the caller's timeout): stop listening
+                self.abandon(batch, requests)
+        return batch.outcomes
+
+    def start(self, requests: list[Request], timeout: float | None = None) -> Batch:
+        """`run` up to its wait: write `requests` in one write and return the batch whose
+        `done` resolves once every outcome is in. A caller that stops waiting before then
+        calls `abandon`. ServerUnavailable if the connection is closed."""
         if timeout is not None:
             self.timeout = timeout
         # One write for the whole batch: pipelining is the point of submit_many.
@@ -456,14 +472,13 @@ class Session:
             pend((_JOB_CREATED, deadline, batch, index, listener))
         if self._watchdog is None:
             self._watch()
-        try:
-            await batch.done
-        finally:
-            if batch.left:  # cancelled (the caller's timeout): stop listening
-                for request in requests:
-                    if request.listener is not None and request.listener.batch is batch:
-                        self.forget(request.listener)
-        return batch.outcomes
+        return batch
+
+    def abandon(self, batch: Batch, requests: list[Request]) -> None:
+        """The caller stopped waiting for `batch`: updates for its jobs are dropped."""
+        for request in requests:
+            if request.listener is not None and request.listener.batch is batch:
+                self.forget(request.listener)
 
 
 def _unrouted(packet: Packet) -> None:

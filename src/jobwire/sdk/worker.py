@@ -49,10 +49,12 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from mypy_extensions import mypyc_attr
+
 from jobwire.protocols.gearman import Packet, PacketType, encode_request
 from jobwire.sdk.connection import Connection, format_address, parse_address
 from jobwire.sdk.errors import JobFailed, ServerUnavailable
-from jobwire.sdk.lifecycle import Lifecycle
+from jobwire.sdk.lifecycle import Lifecycle, _task
 from jobwire.sdk.lifecycle import WorkerState as WorkerState
 from jobwire.sdk.payload import to_bytes
 from jobwire.sdk.tasks import Task, check_timeout, decorator, invoke, is_async
@@ -101,7 +103,7 @@ class Job:
         "_conn",
         "_finished",
         "_loop",
-        "_thread",
+        "_owner",
         "function",
         "handle",
         "payload",
@@ -123,7 +125,7 @@ class Job:
         self.payload = payload
         self._conn = conn
         self._loop = loop
-        self._thread = threading.get_ident()
+        self._owner = threading.get_ident()
         self._finished = False
 
     def __repr__(self) -> str:
@@ -149,7 +151,7 @@ class Job:
 
     def _emit(self, ptype: PacketType, *args: bytes) -> None:
         packet = encode_request(ptype, self.handle.encode(), *args)
-        if threading.get_ident() == self._thread:
+        if threading.get_ident() == self._owner:
             self._write(packet)
             return
         # From a task's thread: hop onto the loop. Callbacks run in order, so updates still go
@@ -207,6 +209,7 @@ def _describe(exc: BaseException) -> bytes:
     return text.encode("utf-8", "replace")
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # compiled; users may subclass it
 class Worker(Lifecycle[Job]):
     """Runs tasks for Gearman jobs from every server in `servers`.
 
@@ -431,10 +434,20 @@ class Worker(Lifecycle[Job]):
 
     def _settle(self) -> None:
         """After any change in jobs or grabs: grab if running, else unregister what is idle."""
-        if self.state is _RUNNING:
-            self._dispatch()
-        else:
+        if self.state is not _RUNNING:
             self._unregister_idle()
+            return
+        links = self._links
+        if len(links) == 1:  # `_dispatch` for the usual shape, inlined: this runs twice a job
+            link = links[0]
+            free = self.concurrency - len(self._running) - link.grabs
+            if free > 0 and link.wants_grab and (link.hot or not link.grabs) and link.ready:
+                assert link.conn is not None
+                count = free if link.hot else 1
+                link.conn.send(_GRAB * count)
+                link.grabs += count
+            return
+        self._dispatch()
 
     def _dispatch(self) -> None:
         """Grab on servers that may have work, while slots are free, one GRAB per server and
@@ -498,7 +511,10 @@ class Worker(Lifecycle[Job]):
             work = self._run_async(job, handle, task)
         else:
             work = self._run_guarded(job, handle, task)
-        if self._launch(job, work):
+        # `_launch`, inlined: this runs once a job.
+        started = _task(self._loop, work)
+        if not started.done():
+            self._running[job] = started
             # Its first step runs in the next loop turn. A flush queued now runs in that turn
             # too, behind the step: a job that ends in its first step has its result written
             # then, not from a flush that step would queue for the turn after.
@@ -510,15 +526,25 @@ class Worker(Lifecycle[Job]):
     async def _run_async(self, job: Job, handle: bytes, task: Task[Job]) -> None:
         """The common case, kept lean: an async task without a timeout."""
         try:
-            result = to_bytes(await task.func(job))
+            result = await task.func(job)
+            if type(result) is not bytes:
+                result = to_bytes(result)
         except BaseException as exc:
             self._failed(job, handle, exc, timed_out=False)
             if isinstance(exc, asyncio.CancelledError):
                 raise
         else:
-            job._finish(encode_request(_WORK_COMPLETE, handle, result))
+            # `job._finish`, inlined for the usual case.
+            conn = job._conn
+            if not job._finished and conn.is_open:
+                conn.send_batched(encode_request(_WORK_COMPLETE, handle, result))
+                job._finished = True
+            else:
+                job._finish(encode_request(_WORK_COMPLETE, handle, result))
         finally:
-            self._ended(job)
+            # `_ended(job)`, inlined.
+            self._running.pop(job, None)
+            self._settle()
 
     async def _run_guarded(self, job: Job, handle: bytes, task: Task[Job]) -> None:
         """A thread task, or one with a timeout."""
