@@ -83,7 +83,8 @@ class RouterSocket:
         sock.bind(endpoint)
         self.sock = sock
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
-        self._fd: int = sock.getsockopt(zmq.FD)  # type: ignore[assignment]
+        # int(): pyzmq types the option as int | bytes | str (the build may lack pyzmq too).
+        self._fd = int(sock.getsockopt(zmq.FD))
         self._poll_items: list[tuple[zmq.Socket[bytes], int]] = [(sock, _POLLIN)]
         self._check_due = False
         self.closed = False
