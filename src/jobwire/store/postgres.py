@@ -46,8 +46,8 @@ import psycopg
 from jobwire.engine.job import Job
 from jobwire.ports import RetractJobs, StoredJob
 
-# `_ext`: `Job.ext` encoded as the SQLite store encodes it.
-from jobwire.store.frames import KVChanges, _ext
+# A job's row with every column, `Job.ext` encoded as the SQLite store encodes it.
+from jobwire.store.frames import KVChanges, full_row
 from jobwire.store.sqlite import EARLY_BATCH_WRITES, StoreError
 
 log = logging.getLogger("jobwire.store")
@@ -150,25 +150,6 @@ _NUMBERS_KEY = "numbers_reserved"
 Callback = Callable[[bool], None]
 #: A job's row as sent: the 14 columns in `_COLUMNS` order.
 Row = tuple[Any, ...]
-
-
-def _row(job: Job) -> Row:
-    return (
-        job.row,
-        job.id,
-        job.function,
-        job.queue,
-        job.unique,
-        job.payload,
-        job.priority,
-        int(job.state),
-        job.attempts,
-        job.max_attempts,
-        job.run_at,
-        job.created_at,
-        job.reducer,
-        None if job.ext is None else _ext(job),
-    )
 
 
 def batch_parameters(rows: dict[int, Row | None], kv: KVChanges) -> list[list[Any]]:
@@ -456,7 +437,7 @@ class PostgresStore:
         """The current batch as rows, under what failed batches left to carry."""
         rows = dict(self._carried)
         for key, job in self._changes.items():
-            rows[key] = None if job is None else _row(job)
+            rows[key] = None if job is None else full_row(job)
         kv = dict(self._kv_carried)
         kv.update(self._kv)
         created = self._created
