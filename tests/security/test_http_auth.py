@@ -7,6 +7,7 @@ import asyncio
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import aiohttp
 import pytest
@@ -31,6 +32,19 @@ def push(server: ServerProcess, queue: str, token: str | None) -> tuple[int, obj
         token=token,
     )
     return status, body
+
+
+async def completed(server: ServerProcess, job_id: str) -> dict[str, Any]:
+    """The job's OJS body once it is completed (read with the client token)."""
+    deadline = asyncio.get_running_loop().time() + DEADLINE
+    while True:
+        _, _, job = await asyncio.to_thread(
+            call, base(server) + f"/ojs/v1/jobs/{job_id}", token=TOKENS["submitter"]
+        )
+        if job["job"]["state"] == "completed":
+            return cast(dict[str, Any], job)
+        assert asyncio.get_running_loop().time() < deadline, job
+        await asyncio.sleep(0.05)
 
 
 def test_public_routes_need_no_token(authed: ServerProcess) -> None:
@@ -150,16 +164,7 @@ def test_rota_worker_runs_a_job_with_its_token(authed: ServerProcess) -> None:
                 token=TOKENS["submitter"],
             )
             assert status == 201, body
-            job_id = body["job"]["id"]
-            deadline = asyncio.get_running_loop().time() + DEADLINE
-            while True:
-                _, _, job = await asyncio.to_thread(
-                    call, base(authed) + f"/ojs/v1/jobs/{job_id}", token=TOKENS["submitter"]
-                )
-                if job["job"]["state"] == "completed":
-                    break
-                assert asyncio.get_running_loop().time() < deadline, job
-                await asyncio.sleep(0.05)
+            job = await completed(authed, body["job"]["id"])
             assert job["job"]["result"] == "ran 7"
         finally:
             worker.stop()
@@ -218,16 +223,7 @@ def test_ojs_worker_runs_a_job_with_its_token(authed: ServerProcess) -> None:
                 token=TOKENS["submitter"],
             )
             assert status == 201, body
-            job_id = body["job"]["id"]
-            deadline = asyncio.get_running_loop().time() + DEADLINE
-            while True:
-                _, _, job = await asyncio.to_thread(
-                    call, base(authed) + f"/ojs/v1/jobs/{job_id}", token=TOKENS["submitter"]
-                )
-                if job["job"]["state"] == "completed":
-                    break
-                assert asyncio.get_running_loop().time() < deadline, job
-                await asyncio.sleep(0.05)
+            job = await completed(authed, body["job"]["id"])
             assert job["job"]["result"] == "ojs 3"
         finally:
             worker.stop()
