@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # `make test` or `make serve`, so they never run a stale build (src/jobwire/native.py).
 NATIVE_SOURCES := $(shell $(PYTHON) src/jobwire/native.py)
 
-.PHONY: install serve test lint bench bench-e2e bench-zmq gearmand-tests clean
+.PHONY: install serve test lint bench bench-e2e bench-pg-peers bench-zmq gearmand-tests clean
 
 install: $(STAMP)
 
@@ -38,6 +38,11 @@ bench: install
 bench-e2e: install
 	$(BIN)/python bench/e2e.py
 
+# jobwire on the PostgreSQL store vs pgqueuer and procrastinate on the local PostgreSQL (a
+# database of its own, dropped after); the peers go into bench/.venv-pg-peers on first run.
+bench-pg-peers: install
+	$(BIN)/python bench/pg_peers.py
+
 # Majordomo: jobwire vs the ZeroMQ Guide's Python and C brokers and majortomo (fetched and
 # built into bench/.zmq-peers/ on first run; needs libzmq3-dev and libczmq-dev).
 bench-zmq: install
@@ -50,6 +55,6 @@ gearmand-tests: install
 	JOBWIRE=$(abspath $(BIN))/jobwire PYTHON=$(abspath $(BIN))/python tests/gearmand_suite/run.sh
 
 clean:
-	rm -rf $(VENV) bench/.venv-peers bench/.zmq-peers jobwire-data build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) bench/.venv-peers bench/.venv-pg-peers bench/.zmq-peers jobwire-data build .pytest_cache .mypy_cache .ruff_cache
 	find src -name '*.so' -delete
 	rm -f src/jobwire/native-build.txt
