@@ -408,6 +408,12 @@ def with_schema(db: str, schema: str) -> str:
     return f"{db}?options=-csearch_path%3D{schema}"
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a live process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Sample:
     wal: int
@@ -450,8 +456,7 @@ class Database:
         backends = {}
         for pid in row[2]:
             with contextlib.suppress(OSError):
-                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-                backends[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                backends[pid] = process_cpu(pid)
         return Sample(int(row[0]), int(row[1]), backends)
 
     @staticmethod
@@ -483,19 +488,22 @@ def ceilings(db: Database, seconds: float) -> dict[str, float]:
         psycopg.connect(with_schema(db.url, schema), autocommit=True) as conn,
     ):
         conn.execute("CREATE TABLE t (id bigserial PRIMARY KEY, payload bytea)")
+        backend = conn.info.backend_pid
         count, end = 0, time.monotonic() + seconds
-        start = time.monotonic()
+        start, cpu = time.monotonic(), process_cpu(backend)
         while time.monotonic() < end:
             conn.execute("INSERT INTO t (payload) VALUES (%b)", (b"x",))
             count += 1
         out["insert_commit_per_s"] = count / (time.monotonic() - start)
+        out["insert_commit_db_cpu_us"] = (process_cpu(backend) - cpu) / count * 1e6
         rows = [b"x"] * 500
         count, end = 0, time.monotonic() + seconds
-        start = time.monotonic()
+        start, cpu = time.monotonic(), process_cpu(backend)
         while time.monotonic() < end:
             conn.execute("INSERT INTO t (payload) SELECT unnest(%b::bytea[])", (rows,))
             count += 500
         out["unnest500_rows_per_s"] = count / (time.monotonic() - start)
+        out["unnest500_db_cpu_us_per_row"] = (process_cpu(backend) - cpu) / count * 1e6
         with psycopg.connect(db.url, autocommit=True) as listener:
             listener.execute("LISTEN pgbench_ceiling")
             delays = []
@@ -841,29 +849,53 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+CEILINGS = (
+    ("insert_commit_per_s", ",.0f", "serial INSERT+COMMIT/s"),
+    ("insert_commit_db_cpu_us", ".0f", "its backend CPU us"),
+    ("unnest500_rows_per_s", ",.0f", "500-row unnest rows/s"),
+    ("unnest500_db_cpu_us_per_row", ".1f", "backend CPU us/row"),
+    ("notify_p50_ms", ".2f", "NOTIFY delivery p50 ms"),
+)
+
+
+def ceiling_lines(rows: list[dict[str, float]]) -> list[str]:
+    lines = []
+    for key, spec, label in CEILINGS:
+        values = [row[key] for row in rows if key in row]
+        if values:
+            each = ", ".join(format(v, spec) for v in values)
+            lines.append(f"  {label:<24} {format(statistics.median(values), spec):>9}  ({each})")
+    return ["ceilings, median (per round):", *lines, ""] if lines else []
+
+
+def medians(results: Sequence[Result]) -> dict[tuple[str, str], dict[str, float | None]]:
+    """Per (system, phase): the medians over the rounds that did not fail."""
+    grouped: dict[tuple[str, str], list[Result]] = {}
+    for row in results:
+        if not row.error:
+            grouped.setdefault((row.system, row.phase), []).append(row)
+    out: dict[tuple[str, str], dict[str, float | None]] = {}
+    for key, rows in grouped.items():
+        values: dict[str, float | None] = {
+            name: _median([getattr(r, name) for r in rows])
+            for name in ("per_s", "enqueue_per_s", "p50_ms", "p95_ms")
+        }
+        for name in rows[0].costs:
+            values[name] = _median([r.costs.get(name) for r in rows])
+        out[key] = values
+    return out
+
+
 def table(outcome: dict[str, Any]) -> str:
     results: list[Result] = outcome["results"]
-    lines = []
-    ceilings_ = outcome["ceilings"]
-    if ceilings_:
-        parts = []
-        for key, spec in (
-            ("insert_commit_per_s", ",.0f"),
-            ("unnest500_rows_per_s", ",.0f"),
-            ("notify_p50_ms", ".2f"),
-        ):
-            values = [row[key] for row in ceilings_]
-            parts.append(
-                f"{key} median {_fmt(statistics.median(values), spec)}"
-                f" ({', '.join(format(v, spec) for v in values)})"
-            )
-        lines += ["ceilings: " + "; ".join(parts), ""]
+    lines = ceiling_lines(outcome["ceilings"])
     head = f"{'system':<14} {'phase':<10} {'n':>3} {'jobs/s':>9} {'enq/s':>9} {'p50 ms':>7}"
-    head += f" {'p95 ms':>7} {'db us/job':>9} {'commits':>8} {'WAL B':>7} {'py us':>7}  per round"
-    lines.append(head)
+    head += f" {'p95 ms':>7} {'db us/job':>9} {'jobs/commit':>11} {'WAL B/job':>9}"
+    lines.append(head + f" {'py us/job':>9}  per round")
     keys: dict[tuple[str, str], list[Result]] = {}
     for row in results:
         keys.setdefault((row.system, row.phase), []).append(row)
+    summary = medians(results)
     for (system, phase), rows in keys.items():
         ok = [r for r in rows if not r.error]
         if not ok:
@@ -872,22 +904,88 @@ def table(outcome: dict[str, Any]) -> str:
         main = "p50_ms" if phase in ("latency", "fg") else "per_s"
         spec = ".2f" if main == "p50_ms" else ",.0f"
         rounds = ", ".join(_fmt(getattr(r, main), spec) for r in ok)
-        cost = {k: _median([r.costs.get(k) for r in ok]) for k in ok[0].costs}
+        m = summary[(system, phase)]
+        commits = m.get("db_commits")
+        per_commit = 1 / commits if commits and commits > 0 else None
         lines.append(
-            f"{system:<14} {phase:<10} {len(ok):>3}"
-            f" {_fmt(_median([r.per_s for r in ok]), ',.0f'):>9}"
-            f" {_fmt(_median([r.enqueue_per_s for r in ok]), ',.0f'):>9}"
-            f" {_fmt(_median([r.p50_ms for r in ok]), '.2f'):>7}"
-            f" {_fmt(_median([r.p95_ms for r in ok]), '.2f'):>7}"
-            f" {_fmt(cost.get('db_cpu_us'), '.1f'):>9}"
-            f" {_fmt(cost.get('db_commits'), '.3f'):>8}"
-            f" {_fmt(cost.get('db_wal_bytes'), ',.0f'):>7}"
-            f" {_fmt(cost.get('py_cpu_us'), ',.0f'):>7}  {rounds}"
+            f"{system:<14} {phase:<10} {len(ok):>3} {_fmt(m['per_s'], ',.0f'):>9}"
+            f" {_fmt(m['enqueue_per_s'], ',.0f'):>9} {_fmt(m['p50_ms'], '.2f'):>7}"
+            f" {_fmt(m['p95_ms'], '.2f'):>7} {_fmt(m.get('db_cpu_us'), '.1f'):>9}"
+            f" {_fmt(per_commit, ',.1f'):>11} {_fmt(m.get('db_wal_bytes'), ',.0f'):>9}"
+            f" {_fmt(m.get('py_cpu_us'), ',.0f'):>9}  {rounds}"
             + (f"  ({len(rows) - len(ok)} failed)" if len(ok) < len(rows) else "")
         )
     for name, why in outcome["unavailable"].items():
         lines.append(f"{name:<14} {why}")
+    lines += ["", *targets(summary, outcome["unavailable"]), *ratios(results)]
     return "\n".join(lines)
+
+
+def ratios(results: Sequence[Result]) -> list[str]:
+    """jobwire over pgqueuer within each round (the same minutes of a shared machine)."""
+    by_round: dict[int, dict[tuple[str, str], float]] = {}
+    for row in results:
+        if not row.error and row.per_s:
+            by_round.setdefault(row.round, {})[(row.system, row.phase)] = row.per_s
+    enqueue, e2e = [], []
+    for rates in by_round.values():
+        ours = max(rates.get(("jobwire", "batch"), 0), rates.get(("jobwire", "pipelined"), 0))
+        if ours and rates.get(("pgqueuer", "batch")):
+            enqueue.append(f"{ours / rates[('pgqueuer', 'batch')]:.2f}")
+        if rates.get(("jobwire", "e2e")) and rates.get(("pgqueuer", "e2e")):
+            e2e.append(f"{rates[('jobwire', 'e2e')] / rates[('pgqueuer', 'e2e')]:.1f}")
+    lines = []
+    if enqueue:
+        lines.append(f"  per round, durable enqueue / pgqueuer's batched: {', '.join(enqueue)}")
+    if e2e:
+        lines.append(f"  per round, end to end / pgqueuer's: {', '.join(e2e)}")
+    return lines
+
+
+def targets(
+    summary: dict[tuple[str, str], dict[str, float | None]], unavailable: dict[str, str]
+) -> list[str]:
+    """Issue 36's targets against this run's medians."""
+
+    def get(system: str, phase: str, name: str) -> float | None:
+        return summary.get((system, phase), {}).get(name)
+
+    def verdict(value: float | None, ok: bool) -> str:
+        return "not measured" if value is None else ("met" if ok else "NOT met")
+
+    lines = ["targets (issue 36), this run's medians:"]
+    # jobwire's durable enqueue: the better of submit_many and the pipelined loop.
+    enqueues = [v for p in ("batch", "pipelined") if (v := get("jobwire", p, "per_s"))]
+    enqueue = max(enqueues, default=None)
+    pgq = get("pgqueuer", "batch", "per_s")
+    if enqueue is not None and pgq:
+        ok = enqueue >= 2 * pgq and enqueue >= 40_000
+        lines.append(
+            f"  durable enqueue >= 2x pgqueuer's batched and >= 40,000/s: {enqueue:,.0f}/s ="
+            f" {enqueue / pgq:.2f}x pgqueuer's {pgq:,.0f}/s: {verdict(enqueue, ok)}"
+        )
+    e2e, pgq_e2e = get("jobwire", "e2e", "per_s"), get("pgqueuer", "e2e", "per_s")
+    if e2e is not None and pgq_e2e:
+        lines.append(
+            f"  end to end >= 10x pgqueuer's: {e2e:,.0f}/s = {e2e / pgq_e2e:.1f}x"
+            f" pgqueuer's {pgq_e2e:,.0f}/s: {verdict(e2e, e2e >= 10 * pgq_e2e)}"
+        )
+    idle = get("jobwire", "latency", "p50_ms")
+    if idle is not None:
+        lines.append(f"  idle enqueue->run p50 <= 1 ms: {idle:.2f} ms: {verdict(idle, idle <= 1)}")
+    cross = [
+        (system, value)
+        for (system, phase), m in summary.items()
+        if phase == "fg" and system != "jobwire" and (value := m.get("p50_ms")) is not None
+    ]
+    for system, value in cross:
+        lines.append(
+            f"  cross-node fg p50 <= 2 ms ({system}): {value:.2f} ms: {verdict(value, value <= 2)}"
+        )
+    if not cross:
+        why = next(iter(unavailable.values()), "run with --nodes 1,2")
+        lines.append(f"  cross-node fg p50 <= 2 ms: not measured ({why})")
+    return lines
 
 
 def main() -> None:
@@ -906,7 +1004,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1_000, help="jobs per batch call")
     parser.add_argument("--ceiling-seconds", type=float, default=2.0, help="0: no ceilings")
     parser.add_argument("--json", help="also write the raw results here")
+    parser.add_argument("--report", help="print the tables of a run saved with --json")
     args = parser.parse_args()
+    if args.report:
+        saved = json.loads(Path(args.report).read_text())
+        saved["results"] = [Result(**row) for row in saved["results"]]
+        print(table(saved))
+        return
     outcome = run(args)
     print()
     print(table(outcome))
