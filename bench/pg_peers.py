@@ -31,9 +31,14 @@ commits (`xact_commit`) and WAL bytes (`pg_current_wal_lsn`, cluster-wide: anyth
 writing to this PostgreSQL meanwhile counts too). `py cpu` is the CPU of every process the
 phase started (jobwire servers, workers, client), per job.
 
-Ceilings, measured in the same run with psycopg (in a schema of their own): serial single-row
-INSERT+COMMIT/s, rows/s of 500-row `INSERT ... SELECT unnest(...)` batches, LISTEN/NOTIFY
-delivery p50.
+Ceilings, measured at the start of each round with psycopg (in a schema of their own): serial
+single-row INSERT+COMMIT/s and rows/s of 500-row `INSERT ... SELECT unnest(...)` batches,
+each with its backend's CPU, and LISTEN/NOTIFY delivery p50.
+
+Workers: pgqueuer `QueueManager.run(max_concurrent_tasks=16, batch_size=8)` (it wants twice
+the batch size in flight), procrastinate `run_worker_async(concurrency=16)` with its defaults,
+jobwire `Worker(concurrency=16)`; each in one process. `--report FILE` prints the tables of a
+run saved with `--json` again.
 
 `--nodes 1,2,3` adds jobwire systems of 2 and 3 `jobwire serve` processes on the same schema;
 when a node refuses to start (one node per database today), that system reports "cluster not
