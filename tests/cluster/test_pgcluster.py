@@ -1,0 +1,196 @@
+"""Several `jobwire serve` nodes on one PostgreSQL schema: one cluster (store/pgcluster.py).
+
+Real server processes on the local PostgreSQL, each test in a schema of its own (tests/pg.py).
+Every wait polls for a condition up to a generous deadline; the fallback poll is set to 60 s,
+so a job that moves between nodes well before that moved on a notification, not the poll.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.interop.gearman_raw import DEADLINE, Cmd, GearmanSocket, wait_until
+from tests.ojs.dsl import Runner
+from tests.pg import Schema, new_schema
+from tests.servers import ServerProcess, start_jobwire
+
+pytestmark = pytest.mark.interop
+
+#: Far longer than any wait below: a test that passes did not wait for the poll.
+POLL = "60"
+
+
+@pytest.fixture
+def schema() -> Iterator[Schema]:
+    with new_schema() as made:
+        yield made
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[ServerProcess]]:
+    started: list[ServerProcess] = []
+    yield started
+    for server in started:
+        if server.proc.poll() is None:
+            os.kill(server.proc.pid, signal.SIGCONT)  # a test may have stopped it
+        server.kill()
+
+
+def start_node(
+    nodes: list[ServerProcess], schema: Schema, *args: str, http: bool = False
+) -> ServerProcess:
+    options = ("--verbose", "INFO", "--cluster-poll", POLL, *args)
+    server = start_jobwire(options, store=schema.dsn, http=http)
+    nodes.append(server)
+    return server
+
+
+def start_cluster(
+    nodes: list[ServerProcess], schema: Schema, *args: str, http: bool = False
+) -> tuple[ServerProcess, ServerProcess]:
+    """Two nodes, each of which knows of the other (it only shares work then)."""
+    first = start_node(nodes, schema, *args, http=http)
+    second = start_node(nodes, schema, *args, http=http)
+    for node in (first, second):
+        wait_until(lambda node=node: "cluster: 2 nodes" in node.log() or None, "nodes meet")
+    return first, second
+
+
+def sleeping_worker(node: ServerProcess, function: str) -> GearmanSocket:
+    """A worker that has asked for work, found none and sleeps (PRE_SLEEP)."""
+    worker = GearmanSocket(node)
+    worker.send(Cmd.CAN_DO, function)
+    assert worker.grab().type == Cmd.NO_JOB
+    worker.send(Cmd.PRE_SLEEP)
+    return worker
+
+
+def wake_and_grab(worker: GearmanSocket) -> tuple[str, bytes]:
+    """Wait for the NOOP, then grab: (handle, payload)."""
+    assert worker.expect(Cmd.NOOP)
+    assigned = worker.grab()
+    assert assigned.type == Cmd.JOB_ASSIGN_UNIQ, assigned
+    handle, _function, _unique, payload = assigned.args
+    return handle.decode(), payload
+
+
+def test_a_job_submitted_on_one_node_wakes_a_sleeping_worker_on_another(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_cluster(nodes, schema)
+    with sleeping_worker(second, "shared") as worker, GearmanSocket(first) as client:
+        started = time.monotonic()
+        handle = client.submit_bg("shared", "from the first node")
+        assert wake_and_grab(worker) == (handle, b"from the first node")
+        assert time.monotonic() - started < float(POLL) / 2  # notified, not polled
+        worker.send(Cmd.WORK_COMPLETE, handle, "done")
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "gone")
+    assert "claiming failed" not in second.log()
+
+
+def test_a_job_pushed_over_ojs_on_one_node_is_fetched_on_another(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_cluster(nodes, schema, http=True)
+    pusher = Runner(f"http://127.0.0.1:{first.http_port}")
+    fetcher = Runner(f"http://127.0.0.1:{second.http_port}")
+    pushed = pusher.request(
+        "POST", "/ojs/v1/jobs", {"type": "report", "args": [7], "options": {"queue": "q1"}}
+    )
+    assert pushed.status == 201, pushed.raw
+    job_id = pushed.body["job"]["id"]
+
+    def fetched() -> dict[str, object] | None:
+        reply = fetcher.request("POST", "/ojs/v1/jobs/fetch", {"queues": ["q1"], "count": 1})
+        assert reply.status == 200, reply.raw
+        jobs = reply.body["jobs"]
+        return jobs[0] if jobs else None
+
+    job = wait_until(fetched, "the job fetched on the second node")
+    assert (job["id"], job["args"], job["attempt"]) == (job_id, [7], 1)
+    acked = fetcher.request("POST", f"/ojs/v1/jobs/{job_id}/ack", {"result": {"ok": 1}})
+    assert acked.status == 200, acked.raw
+
+
+def test_a_killed_node_s_running_jobs_run_again_elsewhere_once_with_the_attempt_counted(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    doomed, survivor = start_cluster(nodes, schema, "--node-lease", "2")
+    holders = [GearmanSocket(doomed) for _ in range(3)]
+    for holder in holders:
+        holder.send(Cmd.CAN_DO, "fragile")
+    handles: set[str] = set()
+    with GearmanSocket(doomed) as client:
+        for i in range(3):
+            handles.add(client.submit_bg("fragile", f"job {i}"))
+    held = set()
+    for holder in holders:  # each runs one: a free worker, so the node kept every job
+        assigned = holder.grab()
+        assert assigned.type == Cmd.JOB_ASSIGN_UNIQ, assigned
+        held.add(assigned.args[0].decode())
+    assert held == handles
+
+    def running_on_doomed() -> bool | None:
+        rows = schema.rows("SELECT state, attempts, owner IS NOT NULL FROM {schema}.jobs")
+        return rows == [(4, 1, True)] * 3 or None  # ACTIVE, one attempt, owned
+
+    wait_until(running_on_doomed, "the leases stored")
+    workers = [sleeping_worker(survivor, "fragile") for _ in range(3)]
+    doomed.kill()  # SIGKILL
+    for holder in holders:
+        holder.close()
+    ran: list[str] = []
+    for worker in workers:
+        handle, _payload = wake_and_grab(worker)
+        ran.append(handle)
+    assert sorted(ran) == sorted(handles)  # each once
+
+    def attempts() -> list[tuple[object, ...]] | None:
+        rows = schema.rows("SELECT attempts FROM {schema}.jobs")
+        return rows if rows == [(2,)] * 3 else None
+
+    wait_until(attempts, "the second attempts stored")
+    for worker, handle in zip(workers, ran, strict=True):
+        worker.send(Cmd.WORK_COMPLETE, handle, "ok")
+        assert worker.grab().type == Cmd.NO_JOB  # nothing else to run: none twice
+        worker.close()
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "gone")
+    assert "found dead" in survivor.log()
+
+
+def test_a_node_declared_dead_stops_and_writes_nothing_over_the_requeued_job(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    frozen, survivor = start_cluster(nodes, schema, "--node-lease", "2")
+    holder = GearmanSocket(frozen)
+    holder.send(Cmd.CAN_DO, "once")
+    with GearmanSocket(frozen) as client:
+        handle = client.submit_bg("once", "payload")
+    assert holder.grab().args[0].decode() == handle
+    wait_until(
+        lambda: schema.rows("SELECT state FROM {schema}.jobs") == [(4,)] or None, "lease stored"
+    )
+    worker = sleeping_worker(survivor, "once")
+    os.kill(frozen.proc.pid, signal.SIGSTOP)  # alive but silent: its lease runs out
+    try:
+        assert wake_and_grab(worker)[0] == handle
+    finally:
+        os.kill(frozen.proc.pid, signal.SIGCONT)
+    holder.send(Cmd.WORK_COMPLETE, handle, "late")  # the old holder finishes: must not count
+
+    def exited() -> int | None:
+        return frozen.proc.poll()
+
+    assert wait_until(exited, "the node declared dead stops", DEADLINE) != 0
+    assert "declared dead" in frozen.log()
+    survivor_node = schema.rows("SELECT owner FROM {schema}.jobs")
+    assert len(survivor_node) == 1 and survivor_node[0][0] is not None  # still the survivor's
+    worker.send(Cmd.WORK_COMPLETE, handle, "ok")
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "gone")
+    holder.close()
+    worker.close()
