@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.interop.gearman_raw import DEADLINE, Cmd, GearmanSocket, wait_until
+from tests.interop.gearman_raw import status as status_of
 from tests.ojs.dsl import Runner
 from tests.pg import Schema, new_schema
 from tests.servers import ServerProcess, start_jobwire
@@ -194,3 +195,36 @@ def test_a_node_declared_dead_stops_and_writes_nothing_over_the_requeued_job(
     wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "gone")
     holder.close()
     worker.close()
+
+
+def test_status_views_answer_for_jobs_another_node_or_no_node_holds(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_cluster(nodes, schema, http=True)
+    holder = GearmanSocket(first)
+    holder.send(Cmd.CAN_DO, "viewed")
+    with GearmanSocket(first) as client:
+        running = client.submit_bg("viewed", "held by the first node")
+        assert holder.grab().args[0].decode() == running
+        queued = client.submit_bg("viewed", "no worker is free: the shared queue")
+
+    def stored() -> bool | None:
+        rows = schema.rows("SELECT state, owner IS NULL FROM {schema}.jobs ORDER BY seq")
+        return rows == [(4, False), (3, True)] or None
+
+    wait_until(stored, "one job running on the first node, one in the shared queue")
+    with GearmanSocket(second) as other:
+        for handle, expected in ((running, (b"1", b"1")), (queued, (b"1", b"0"))):
+            status = other.request(Cmd.GET_STATUS, handle, reply=Cmd.STATUS_RES)
+            assert status.args[:3] == (handle.encode(), *expected)
+        unknown = other.request(Cmd.GET_STATUS, "H:nowhere:1", reply=Cmd.STATUS_RES)
+        assert unknown.args[1:3] == (b"0", b"0")
+    assert status_of(second)["viewed"][:2] == (2, 1)  # gearadmin --status: every node's jobs
+    api = Runner(f"http://127.0.0.1:{second.http_port}")
+    job = api.request("GET", f"/ojs/v1/jobs/{running}")
+    assert job.status == 200, job.raw
+    assert (job.body["job"]["id"], job.body["job"]["state"]) == (running, "active")
+    queues = api.request("GET", "/ojs/v1/queues").body["queues"]
+    assert {queue["name"]: queue["available"] for queue in queues}["viewed"] == 1
+    holder.send(Cmd.WORK_COMPLETE, running, "done")
+    holder.close()

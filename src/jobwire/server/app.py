@@ -275,6 +275,7 @@ class Server:
             cluster = ClusterNode(store, engine, poll=config.cluster_poll, on_fatal=self._fatal)
             cluster.start()
         runtime = Runtime(engine, loop, config.busy_poll, store)
+        runtime.cluster = cluster
         runtime.connections = ConnectionTable(config.limits)
         if config.security.auth is not None:
             # The idle timeout then closes a connection until it authenticates, whatever it sends.

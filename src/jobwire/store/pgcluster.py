@@ -34,7 +34,8 @@ import psycopg
 from psycopg import sql
 
 from jobwire.engine.job import Job, JobState
-from jobwire.ports import StoredJob
+from jobwire.ports import StoredJob, decode_ext
+from jobwire.ports.cluster import Counts
 from jobwire.store.postgres import (
     _NODE_LOCK,
     _STORED,
@@ -97,6 +98,14 @@ RETURNING {stored}
 CLAIM_BY_FUNCTION = _CLAIM.format(column="function", pending=int(JobState.PENDING), stored=_STORED)
 CLAIM_BY_QUEUE = _CLAIM.format(column="queue", pending=int(JobState.PENDING), stored=_STORED)
 
+#: A job by id, wherever it is (the row of a job this node holds is older than the engine's).
+FIND_SQL = f"SELECT {_STORED} FROM jobs WHERE id = %s AND owner IS DISTINCT FROM %s LIMIT 1"
+#: Jobs this node does not hold, by function and queue: (function, queue, jobs, running).
+ELSEWHERE_SQL = f"""
+SELECT function, queue, count(*), count(*) FILTER (WHERE state = {int(JobState.ACTIVE)})
+FROM jobs WHERE owner IS DISTINCT FROM %s GROUP BY function, queue
+"""
+
 Fatal = Callable[[str], None]
 
 
@@ -154,6 +163,7 @@ class ClusterNode:
         self.requeued = 0  # jobs of dead nodes this node gave back to the shared queue
         self._beat = Connection(store.dsn)
         self._claims = Connection(store.dsn)
+        self._reads = Connection(store.dsn)  # status queries
         self._listen: psycopg.AsyncConnection[Any] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._beat_now = asyncio.Event()
@@ -205,6 +215,7 @@ class ClusterNode:
         self._closed = True
         self._beat.drop()
         self._claims.drop()
+        self._reads.drop()
         listen, self._listen = self._listen, None
         if listen is not None:
             listen.pgconn.finish()
@@ -215,6 +226,18 @@ class ClusterNode:
         self.store.releases = None
         if self.on_fatal is not None:
             self.on_fatal(reason)
+
+    # ------------------------------------------------------------------ status (ClusterView)
+
+    async def find_job(self, job_id: str) -> Job | None:
+        rows = await self._reads.fetch(FIND_SQL, (job_id, self.node))
+        return detached_job(StoredJob(*rows[0])) if rows else None
+
+    async def elsewhere(self) -> Counts:
+        rows = await self._reads.fetch(ELSEWHERE_SQL, (self.node,))
+        return {
+            (function, queue): (int(jobs), int(running)) for function, queue, jobs, running in rows
+        }
 
     # ------------------------------------------------------------------ leases
 
@@ -446,3 +469,25 @@ class ClusterNode:
                 job.ext = bytes(job.ext)
         fresh = [job for job in jobs if self.engine.jobs.get(job.id) is None]
         self.claimed += self.engine.replay(fresh)
+
+
+def detached_job(row: StoredJob) -> Job:
+    """A job record of a stored row, for status replies only (no engine holds it)."""
+    job = Job(
+        row.id,
+        row.function,
+        bytes(row.payload),
+        row.queue,
+        row.unique,
+        row.priority,
+        True,
+        row.created_at,
+    )
+    job.state = JobState(row.state)
+    job.attempts = row.attempts
+    job.max_attempts = row.max_attempts
+    job.run_at = row.run_at
+    job.reducer = row.reducer
+    if row.ext is not None:
+        job.ext = decode_ext(bytes(row.ext))
+    return job
