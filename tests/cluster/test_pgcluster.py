@@ -228,3 +228,25 @@ def test_status_views_answer_for_jobs_another_node_or_no_node_holds(
     assert {queue["name"]: queue["available"] for queue in queues}["viewed"] == 1
     holder.send(Cmd.WORK_COMPLETE, running, "done")
     holder.close()
+
+
+def test_a_foreground_client_on_one_node_hears_its_job_run_on_another(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_cluster(nodes, schema)
+    big = bytes(range(256)) * 80  # 20 kB: too large for a notification, sent through a row
+    with sleeping_worker(second, "remote-fg") as worker, GearmanSocket(first) as client:
+        handle = client.submit_fg("remote-fg", "question")
+        assert wake_and_grab(worker) == (handle, b"question")
+        worker.send(Cmd.WORK_STATUS, handle, "1", "2")
+        worker.send(Cmd.WORK_DATA, handle, "part")
+        worker.send(Cmd.WORK_COMPLETE, handle, big)
+        assert client.expect(Cmd.WORK_STATUS).args == (handle.encode(), b"1", b"2")
+        assert client.expect(Cmd.WORK_DATA).args == (handle.encode(), b"part")
+        assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), big)
+        failing = client.submit_fg("remote-fg", "doomed")
+        worker.send(Cmd.PRE_SLEEP)
+        assert wake_and_grab(worker) == (failing, b"doomed")
+        worker.send(Cmd.WORK_FAIL, failing)
+        assert client.expect(Cmd.WORK_FAIL).args == (failing.encode(),)
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.relay") == [(0,)] or None, "read")

@@ -24,7 +24,9 @@ beside the engine on the event loop:
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from jobwire.engine.job import Job, JobState
+from jobwire.engine.job import Job, JobState, Output
 from jobwire.ports import StoredJob, decode_ext
 from jobwire.ports.cluster import Counts
 from jobwire.store.postgres import (
@@ -92,7 +94,7 @@ WHERE seq IN (
     ORDER BY priority DESC, created_at, seq
     LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 ) AND owner IS NULL AND EXISTS (SELECT 1 FROM nodes WHERE id = %(node)s)
-RETURNING {stored}
+RETURNING {stored}, client_node
 """
 #: Claim up to `limit` unowned jobs of a function (or of a queue), the best first.
 CLAIM_BY_FUNCTION = _CLAIM.format(column="function", pending=int(JobState.PENDING), stored=_STORED)
@@ -105,6 +107,17 @@ ELSEWHERE_SQL = f"""
 SELECT function, queue, count(*), count(*) FILTER (WHERE state = {int(JobState.ACTIVE)})
 FROM jobs WHERE owner IS DISTINCT FROM %s GROUP BY function, queue
 """
+
+#: A message for a node whose client waits on a foreground job (node channel, payload); one
+#: too large for a notification goes into `relay`, and the notification names its row.
+NOTIFY_SQL = "SELECT pg_notify(%s, %s)"
+RELAY_SQL = """
+WITH kept AS (INSERT INTO relay (payload) VALUES (%s) RETURNING id)
+SELECT pg_notify(%s, '@' || id) FROM kept
+"""
+UNRELAY_SQL = "DELETE FROM relay WHERE id = %s RETURNING payload"
+#: PostgreSQL refuses notifications of 8,000 bytes or more.
+NOTIFY_MAX = 7900
 
 Fatal = Callable[[str], None]
 
@@ -177,6 +190,15 @@ class ClusterNode:
         self._notes = 0  # notifications heard: a claim that raced one is not dry
         self._pass: asyncio.Task[None] | None = None
         self._again = False
+        # Foreground jobs of this node's clients that another node runs, by id; and the
+        # messages about them, in the order they came.
+        self._waits: dict[str, Job] = {}
+        self._inbox: asyncio.Queue[str] = asyncio.Queue()
+        # Messages to the nodes whose clients wait on jobs run here: (channel, payload).
+        self._outbox: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self._relay = Connection(store.dsn)
+        #: This node's own channel: news of its clients' foreground jobs run elsewhere.
+        self.node_channel = node_channel(store.channel, self.node)
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -194,6 +216,8 @@ class ClusterNode:
             self._loop.create_task(self._heartbeats()),
             self._loop.create_task(self._listener()),
             self._loop.create_task(self._polls()),
+            self._loop.create_task(self._deliver_inbox()),
+            self._loop.create_task(self._send_outbox()),
         ]
         log.info("cluster: node %d (%s)", self.node, self.store.address)
 
@@ -216,6 +240,7 @@ class ClusterNode:
         self._beat.drop()
         self._claims.drop()
         self._reads.drop()
+        self._relay.drop()
         listen, self._listen = self._listen, None
         if listen is not None:
             listen.pgconn.finish()
@@ -226,6 +251,59 @@ class ClusterNode:
         self.store.releases = None
         if self.on_fatal is not None:
             self.on_fatal(reason)
+
+    # ------------------------------------------------------------------ foreground jobs
+
+    async def _send_outbox(self) -> None:
+        """Tell the nodes whose clients wait, in order; a message that cannot be sent is
+        logged and dropped (its client's node may be gone)."""
+        while True:
+            channel, payload = await self._outbox.get()
+            try:
+                if len(payload.encode()) < NOTIFY_MAX:
+                    await self._relay.fetch(NOTIFY_SQL, (channel, payload))
+                else:
+                    await self._relay.fetch(RELAY_SQL, (payload, channel))
+            except Exception as exc:
+                log.warning("cluster: could not tell %s of a job: %s", channel, _reason(exc))
+
+    async def _deliver_inbox(self) -> None:
+        """News of this node's clients' jobs run elsewhere, in the order it came."""
+        while True:
+            payload = await self._inbox.get()
+            try:
+                if payload.startswith("@"):  # too large for a notification: in `relay`
+                    rows = await self._reads.fetch(UNRELAY_SQL, (int(payload[1:]),))
+                    if not rows:
+                        continue
+                    payload = str(rows[0][0])
+                self._deliver(json.loads(payload))
+            except Exception:
+                log.exception("cluster: a message about a foreground job was lost")
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        job = self._waits.get(message["j"])
+        if job is None:
+            return
+        kind = message["e"]
+        subscribers = list(job.subscribers or ())
+        if kind == "p":
+            job.progress = (message["d"], message["t"])
+            for subscriber in subscribers:
+                subscriber.job_progress(job, message["d"], message["t"])
+        elif kind == "o":
+            data = _bytes(message["b"]) or b""
+            for subscriber in subscribers:
+                subscriber.job_output(job, Output(message["k"]), data)
+        elif kind == "f":
+            del self._waits[job.id]
+            state = JobState(message["s"])
+            result, error = _bytes(message["r"]), _bytes(message["x"])
+            job.state = state
+            job.result = result
+            job.subscribers = None
+            for subscriber in subscribers:
+                subscriber.job_finished(job, state, result, error)
 
     # ------------------------------------------------------------------ status (ClusterView)
 
@@ -277,6 +355,11 @@ class ClusterNode:
         if peers != self.peers:
             log.info("cluster: %d nodes", peers + 1)
             self.peers = peers
+            observers = self.engine.observers
+            if peers and self._observed not in observers:
+                observers.append(self._observed)  # to offer foreground jobs to the others
+            elif not peers and self._observed in observers:
+                observers.remove(self._observed)
         dead, requeued, _ = (await self._beat.fetch(REAP_SQL, (self.node, self.store.channel)))[0]
         if dead:
             self.requeued += int(requeued)
@@ -310,7 +393,9 @@ class ClusterNode:
 
     async def _listener(self) -> None:
         delay = RECONNECT_MIN
-        channel = sql.SQL("LISTEN {}").format(sql.Identifier(self.store.channel))
+        channel = sql.SQL("LISTEN {}; LISTEN {}").format(
+            sql.Identifier(self.store.channel), sql.Identifier(self.node_channel)
+        )
         while not self._closed:
             try:
                 conn = await psycopg.AsyncConnection.connect(
@@ -321,7 +406,10 @@ class ClusterNode:
                 delay = RECONNECT_MIN
                 self._want_everything()  # what was notified while not listening
                 async for note in conn.notifies():
-                    self._heard(note.payload)
+                    if note.channel == self.node_channel:
+                        self._inbox.put_nowait(note.payload)
+                    else:
+                        self._heard(note.payload)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -392,8 +480,8 @@ class ClusterNode:
     def _releases(self, job: Job) -> bool:
         """At the end of the turn that created `job`: write it to the shared queue (and let
         it leave this engine) when other nodes run and no local worker is free for it."""
-        if not self.peers or not job.background or job.subscribers:
-            return False
+        if not self.peers or job.background == bool(job.subscribers):
+            return False  # alone; or a background job a client waits on, or an orphan
         fn = self.engine.functions.get(job.function)
         if fn is not None and len(fn.workers) - fn.running >= fn.available:
             return False  # a worker here is free for it
@@ -403,7 +491,16 @@ class ClusterNode:
         if not self.engine.release(job):
             return False
         self.released += 1
+        if not job.background:  # its client waits here: the node that runs it will say
+            job.state = JobState.PENDING  # neither queued nor running here (a cancel is a no-op)
+            self._waits[job.id] = job
         return True
+
+    def _observed(self, event: str, job: Job) -> None:
+        """A new foreground job goes to the store with this turn's batch, which decides at
+        its end whether to offer it to the other nodes (`_releases`) or to keep it unstored."""
+        if event == "job.enqueued" and not job.background and job.subscribers:
+            self.store.job_saved(job)
 
     # ------------------------------------------------------------------ claims
 
@@ -460,8 +557,10 @@ class ClusterNode:
         self.load(rows)
 
     def load(self, rows: list[tuple[Any, ...]]) -> None:
-        """Claimed rows into the engine, best first, through replay."""
-        jobs = [StoredJob(*row) for row in rows]
+        """Claimed rows into the engine, best first, through replay; a foreground job's
+        client, waiting on another node, hears of it through that node."""
+        clients = {row[-2]: row[-1] for row in rows if row[-1] is not None}  # seq -> node
+        jobs = [StoredJob(*row[:-1]) for row in rows]
         jobs.sort(key=lambda job: (-job.priority, job.created_at, job.row))
         for job in jobs:
             job.payload = bytes(job.payload)
@@ -469,6 +568,12 @@ class ClusterNode:
                 job.ext = bytes(job.ext)
         fresh = [job for job in jobs if self.engine.jobs.get(job.id) is None]
         self.claimed += self.engine.replay(fresh)
+        for stored in fresh:
+            client = clients.get(stored.row)
+            claimed = self.engine.jobs.get(stored.id)
+            if client is not None and claimed is not None:
+                remote = RemoteClient(self._outbox, node_channel(self.store.channel, client))
+                self.engine.subscribe(claimed, remote)
 
 
 def detached_job(row: StoredJob) -> Job:
@@ -491,3 +596,38 @@ def detached_job(row: StoredJob) -> Job:
     if row.ext is not None:
         job.ext = decode_ext(bytes(row.ext))
     return job
+
+
+def node_channel(channel: str, node: int) -> str:
+    return f"{channel}.n{node}"
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _bytes(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+class RemoteClient:
+    """A `Subscriber` for a foreground job claimed here whose client waits on another node:
+    what the engine tells it goes to that node, in order."""
+
+    def __init__(self, outbox: asyncio.Queue[tuple[str, str]], channel: str) -> None:
+        self.outbox = outbox
+        self.channel = channel
+
+    def _send(self, message: dict[str, Any]) -> None:
+        self.outbox.put_nowait((self.channel, json.dumps(message, separators=(",", ":"))))
+
+    def job_progress(self, job: Job, done: int, total: int) -> None:
+        self._send({"j": job.id, "e": "p", "d": done, "t": total})
+
+    def job_output(self, job: Job, kind: Output, data: bytes) -> None:
+        self._send({"j": job.id, "e": "o", "k": int(kind), "b": _text(data)})
+
+    def job_finished(
+        self, job: Job, state: JobState, result: bytes | None, error: bytes | None
+    ) -> None:
+        self._send({"j": job.id, "e": "f", "s": int(state), "r": _text(result), "x": _text(error)})

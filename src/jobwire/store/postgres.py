@@ -120,6 +120,10 @@ CLUSTER_STATEMENTS = (
         lease_until timestamptz NOT NULL
     )""",
     "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS owner bigint",
+    # The node a foreground job's client waits on: the node running it tells that one.
+    "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS client_node bigint",
+    # Results too large for a notification, named by the one that tells of them.
+    "CREATE TABLE IF NOT EXISTS relay (id bigserial PRIMARY KEY, payload text NOT NULL)",
     f"CREATE SEQUENCE IF NOT EXISTS job_keys INCREMENT BY {KEY_BLOCK}",
     "SELECT setval('job_keys', (SELECT COALESCE(max(seq), 0) + 1 FROM jobs), false)",
     "CREATE INDEX IF NOT EXISTS jobs_unowned_by_function"
@@ -153,9 +157,10 @@ _TYPES = [
     "bytea",
 ]
 _UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS.split(", ")[1:])
-_ARRAYS = ", ".join(f"%b::{t}[]" for t in [*_TYPES, "bigint"])
+_ARRAYS = ", ".join(f"%b::{t}[]" for t in [*_TYPES, "bigint", "bigint"])
 #: One batch, one statement, its parameters sent in binary (`%b`: a third of the client's
-#: CPU of text, bench/pg_drivers.py) (24 parameters: 14 job columns and the owner, the row keys
+#: CPU of text, bench/pg_drivers.py) (25 parameters: 14 job columns, the owner and the client's
+#: node, the row keys
 #: to delete, the key-value records to write (namespace, key, value) and to delete (namespace,
 #: key), the node, the channel and the "function<US>queue" names that got unowned jobs).
 #:
@@ -164,7 +169,7 @@ _ARRAYS = ", ".join(f"%b::{t}[]" for t in [*_TYPES, "bigint"])
 #: The notifications go out with the commit, to the nodes that LISTEN for ready work.
 BATCH_SQL = f"""
 WITH saved AS (
-    INSERT INTO jobs ({_COLUMNS}, owner) SELECT * FROM unnest({_ARRAYS})
+    INSERT INTO jobs ({_COLUMNS}, owner, client_node) SELECT * FROM unnest({_ARRAYS})
     ON CONFLICT (seq) DO UPDATE SET {_UPDATES} WHERE jobs.owner = %b::bigint
 ), removed AS (
     DELETE FROM jobs WHERE seq = ANY(%b::bigint[]) AND owner = %b::bigint
@@ -231,9 +236,9 @@ def batch_parameters(
     channel: str = "",
     ready: Iterable[str] = (),
 ) -> list[Any]:
-    """`BATCH_SQL`'s parameters for these changes (row key -> row with its owner last,
-    None: delete), written by `node`, notifying `ready` on `channel`."""
-    columns: list[list[Any]] = [[] for _ in range(len(_TYPES) + 1)]
+    """`BATCH_SQL`'s parameters for these changes (row key -> row with its owner and its
+    client's node last, None: delete), written by `node`, notifying `ready` on `channel`."""
+    columns: list[list[Any]] = [[] for _ in range(len(_TYPES) + 2)]
     deleted: list[int] = []
     for key, row in rows.items():
         if row is None:
@@ -577,25 +582,38 @@ class PostgresStore:
         return bool(self._changes or self._kv or self._created)
 
     def _take_batch(self) -> tuple[dict[int, Row | None], KVChanges, list[Job], set[str]]:
-        """The current batch as rows (each with its owner last), under what failed batches
-        left to carry, and the "function<US>queue" names that got unowned jobs: new jobs
-        that `releases` lets go to the shared queue are written without an owner."""
+        """The current batch as rows (each with its owner and its client's node last), under
+        what failed batches left to carry, and the "function<US>queue" names that got unowned
+        jobs: new jobs that `releases` lets go to the shared queue are written without an
+        owner (a foreground one with this node as its client's; the cluster saves those
+        only to offer them, `jobwire.store.pgcluster`)."""
         rows = dict(self._carried)
         me = self.node
         releases = self.releases
         new_rows = self._new_rows
         ready: set[str] = set()
+        created = self._created
+        kept_foreground = False
         for key, job in self._changes.items():
             if job is None:
                 rows[key] = None
-            elif releases is not None and key in new_rows and releases(job):
-                rows[key] = (*full_row(job), None)
-                ready.add(f"{job.function}\x1f{job.queue}")
-            else:
-                rows[key] = (*full_row(job), me)
+            elif releases is not None and key in new_rows:
+                row = full_row(job)  # as queued here, before it may leave the engine
+                if releases(job):
+                    rows[key] = (*row, None, None if job.background else me)
+                    ready.add(f"{job.function}\x1f{job.queue}")
+                elif job.background:
+                    rows[key] = (*row, me, None)
+                else:
+                    kept_foreground = True
+            elif job.background:
+                rows[key] = (*full_row(job), me, None)
+            else:  # a foreground job this node runs itself: not stored, as ever
+                kept_foreground = True
+        if kept_foreground:
+            created = [job for job in created if job.background or job.row in rows]
         kv = dict(self._kv_carried)
         kv.update(self._kv)
-        created = self._created
         self._carried, self._kv_carried = {}, {}
         self._changes, self._kv, self._created = {}, {}, []
         self._new_rows = set()
