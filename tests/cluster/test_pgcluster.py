@@ -250,3 +250,23 @@ def test_a_foreground_client_on_one_node_hears_its_job_run_on_another(
         worker.send(Cmd.WORK_FAIL, failing)
         assert client.expect(Cmd.WORK_FAIL).args == (failing.encode(),)
     wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.relay") == [(0,)] or None, "read")
+
+
+def test_a_node_that_stops_hands_its_queued_jobs_to_the_others(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    leaving = start_node(nodes, schema)
+    with GearmanSocket(leaving) as client:  # alone: it keeps every job
+        handles = {client.submit_bg("handed", f"job {i}") for i in range(3)}
+    assert schema.rows("SELECT count(*) FROM {schema}.jobs WHERE owner IS NULL") == [(0,)]
+    staying = start_node(nodes, schema)
+    worker = sleeping_worker(staying, "handed")
+    assert leaving.stop() == 0  # SIGTERM: a clean stop
+    ran = set()
+    for _ in handles:
+        handle, _payload = wake_and_grab(worker)
+        ran.add(handle)
+        worker.send(Cmd.WORK_COMPLETE, handle, "ok")
+        worker.send(Cmd.PRE_SLEEP)
+    assert ran == handles
+    worker.close()

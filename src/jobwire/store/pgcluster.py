@@ -60,6 +60,8 @@ POLL = 5.0
 CLAIM_MAX = 100
 #: Seconds a fetch by queue that came back short keeps the node claiming for that queue.
 FETCH_INTEREST = 10.0
+#: Seconds a node that stops waits for its messages to other nodes to go out.
+CLOSE_WAIT = 3.0
 #: Seconds one statement of the cluster may take before its connection is given up.
 STATEMENT_TIMEOUT = 10.0
 
@@ -222,11 +224,18 @@ class ClusterNode:
         log.info("cluster: node %d (%s)", self.node, self.store.address)
 
     async def close(self) -> None:
+        """Stop claiming and listening; what other nodes' clients are still to hear of jobs
+        run here goes first (for a few seconds at most)."""
         self._closed = True
         self.engine.on_idle_worker = None
         self.engine.on_short_fetch = None
+        if self._observed in self.engine.observers:
+            self.engine.observers.remove(self._observed)
         self.store.releases = None
         self.store.keys_low = None
+        deadline = time.monotonic() + CLOSE_WAIT
+        while not self._outbox.empty() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
         tasks = [*self._tasks, *([self._pass] if self._pass is not None else [])]
         for task in tasks:
             task.cancel()
