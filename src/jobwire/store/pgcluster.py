@@ -187,7 +187,8 @@ class ClusterNode:
         # Workers that asked and found nothing (a grab without sleeping), by function.
         self._asked: dict[str, set[str]] = {}
         self._queues: dict[str, tuple[int, float]] = {}
-        # Claims that found nothing: no claim for them again before a notification or a poll.
+        # Claims that found less than they asked for (the shared queue had no more): no claim
+        # for them again before a notification or a poll.
         self._dry: set[str] = set()
         self._notes = 0  # notifications heard: a claim that raced one is not dry
         self._pass: asyncio.Task[None] | None = None
@@ -551,19 +552,14 @@ class ClusterNode:
     async def _claim(self, statement: str, key: str, name: str, wanted: int) -> None:
         if wanted <= 0 or key in self._dry:
             return
-        parameters = {
-            "node": self.node,
-            "name": name,
-            "now": time.time(),
-            "limit": min(wanted, CLAIM_MAX),
-        }
+        limit = min(wanted, CLAIM_MAX)
+        parameters = {"node": self.node, "name": name, "now": time.time(), "limit": limit}
         notes = self._notes
         rows = await self._claims.fetch(statement, parameters)
-        if not rows:
-            if notes == self._notes:
-                self._dry.add(key)
-            return
-        self.load(rows)
+        if len(rows) < limit and notes == self._notes:
+            self._dry.add(key)  # nothing more is waiting: look again when told
+        if rows:
+            self.load(rows)
 
     def load(self, rows: list[tuple[Any, ...]]) -> None:
         """Claimed rows into the engine, best first, through replay; a foreground job's
