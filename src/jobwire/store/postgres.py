@@ -1,4 +1,4 @@
-"""The PostgreSQL store: one node's jobs in a PostgreSQL database, one statement per batch.
+"""The PostgreSQL store: a node's jobs in a PostgreSQL database, one statement per batch.
 
 `--store postgresql://USER:PASS@HOST:PORT/DB` (libpq's URI; `?options=-csearch_path%3DNAME`
 puts jobwire's tables in schema NAME). The tables are created and migrated by jobwire
@@ -24,10 +24,13 @@ hear `False`; its changes to older jobs are carried into the next batch, so the 
 catches up with the engine once it is back. While it is down, batches fail at once and a new
 connection is tried with back-off (`RECONNECT_MIN` doubling to `RECONNECT_MAX`).
 
-One node per database (schema): the node holds a PostgreSQL advisory lock (per schema) for
-as long as it runs, so a second `jobwire serve` on the same tables is refused instead of
-replaying and running the same jobs. Sharing one database between nodes is not built yet
-(docs/scaling.md says how it would be).
+Several nodes per database (schema) form a cluster: each registers in `nodes` with a lease
+and holds an advisory lock of its own; every row it writes carries its owner (NULL: in the
+shared queue), and its changes and deletions are conditional on owning the row, so a node
+declared dead writes nothing over the jobs the others requeued. At start a node adopts the
+jobs of dead nodes (and the unowned ones when it is alone) and replays only what it owns.
+Leases, claims and wake-ups run beside the engine in `jobwire.store.pgcluster`;
+docs/scaling.md ("The cluster") describes the whole.
 """
 
 from __future__ import annotations
