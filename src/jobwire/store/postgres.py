@@ -78,7 +78,8 @@ NODE_LEASE = 15.0
 KEY_BLOCK = 65536
 #: While commits keep failing, repeat the same error in the log at most this often (seconds).
 _LOG_EVERY = 10.0
-#: The advisory lock a node holds: this constant and the hash of the schema's name.
+#: The transaction lock that keeps two nodes from migrating at once: this constant + 1 and
+#: the hash of the schema's name.
 _LOCK_CLASS = 0x6A6F62  # "job"
 #: The advisory lock each node holds while it runs, on one bigint: the schema's hash and the
 #: node's id. A starting node that can take another node's lock knows that node is gone.
