@@ -23,7 +23,7 @@ from typing import Any
 import asyncpg
 import psycopg
 
-from jobwire.store.postgres import BATCH_SQL, SCHEMA_STATEMENTS, Row, batch_parameters
+from jobwire.store.postgres import BATCH_SQL, MIGRATIONS, SCHEMA_VERSION, Row, batch_parameters
 
 SCHEMA = f"jobwire_bench_{os.getpid()}"
 #: The client's CPU seconds of the latest run (the event loop's share of a commit).
@@ -32,18 +32,31 @@ CPU: list[float] = []
 
 PLAIN = (0, 0, 0, None, None)  # priority, state, attempts, max_attempts, run_at
 NONE = (None, None)  # reducer, ext
+NODE = 1  # the node writing: every row is its own (owner), none waits elsewhere (client_node)
+OWNED = (NODE, None)
 
 
 def columns(first: int, count: int, delete_from: int, deletes: int) -> list[list[Any]]:
     """A batch of `count` new plain jobs and `deletes` finished ones, as the store sends it."""
     now = time.time()
     rows: dict[int, Row | None] = {
-        key: (key, f"H:bench:{key}", "reverse", "default", None, b"x" * 100, *PLAIN, now, *NONE)
+        key: (
+            key,
+            f"H:bench:{key}",
+            "reverse",
+            "default",
+            None,
+            b"x" * 100,
+            *PLAIN,
+            now,
+            *NONE,
+            *OWNED,
+        )
         for key in range(first, first + count)
     }
     for key in range(delete_from, delete_from + deletes):
         rows[key] = None
-    return batch_parameters(rows, {})
+    return batch_parameters(rows, {}, NODE, f"jobwire.{SCHEMA}")
 
 
 def _numbered(sql: str) -> str:
@@ -96,8 +109,9 @@ def main() -> None:
     with psycopg.connect(args.dsn, autocommit=True) as admin:
         admin.execute(f"CREATE SCHEMA {SCHEMA}")
         admin.execute(f"SET search_path = {SCHEMA}")
-        for statement in SCHEMA_STATEMENTS:
-            admin.execute(statement)
+        for version in range(SCHEMA_VERSION):
+            for statement in MIGRATIONS[version]:
+                admin.execute(statement)
     runners = (
         ("asyncpg", run_asyncpg),
         ("psycopg", run_psycopg),

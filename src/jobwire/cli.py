@@ -157,6 +157,22 @@ def _setup_logging(log_file: str, verbose: str, syslog: bool = False) -> None:
     "(also $JOBWIRE_STORE).",
 )
 @click.option(
+    "--node-lease",
+    type=click.FloatRange(min=0.3),
+    default=15.0,
+    show_default=True,
+    help="postgresql store: seconds a node's lease lasts (renewed every third of it); the "
+    "jobs of a node whose lease ran out are requeued by the other nodes.",
+)
+@click.option(
+    "--cluster-poll",
+    type=click.FloatRange(min=0.05),
+    default=5.0,
+    show_default=True,
+    help="postgresql store: seconds between two looks for shared work when no notification "
+    "came (wake-ups come by LISTEN/NOTIFY; this covers a lost one).",
+)
+@click.option(
     "--fsync",
     type=click.Choice(["always", "batch", "off"]),
     default="batch",
@@ -504,6 +520,8 @@ def serve(
     cron_catch_up: str,
     retain_finished: float | None,
     store: str,
+    node_lease: float,
+    cluster_poll: float,
     fsync: str,
     checkpoint_every: int | None,
     job_retries: int,
@@ -660,6 +678,8 @@ def serve(
         dashboard=not no_dashboard,
         metrics_port=metrics_port or None,
         store=store,
+        node_lease=node_lease,
+        cluster_poll=cluster_poll,
         fsync=fsync,
         checkpoint_bytes=checkpoint_every,
         backlog=backlog,

@@ -50,7 +50,7 @@ def migrate_command(store: str) -> None:
 @_STORE
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def status_command(store: str, as_json: bool) -> None:
-    """Schema version, jobs by state, records, and the pid of the node's backend."""
+    """Schema version, jobs by state, records, and the cluster's nodes."""
     from jobwire.engine.job import JobState
     from jobwire.store.postgres import SCHEMA_VERSION, status
     from jobwire.store.sqlite import StoreError
@@ -70,5 +70,13 @@ def status_command(store: str, as_json: bool) -> None:
         click.echo(f"  jobs {JobState(state).name.lower()}: {count}")
     if "records" in info:
         click.echo(f"  records: {info['records']}")
-    holder = info["node_pid"]
-    click.echo(f"  node: {'none running' if holder is None else f'backend pid {holder}'}")
+    if "unowned" in info:
+        click.echo(f"  jobs in the shared queue (no node's): {info['unowned']}")
+    if not info["nodes"]:
+        click.echo("  nodes: none running")
+    for node in info["nodes"]:
+        state = "alive" if node["alive"] else "lease ran out"
+        click.echo(
+            f"  node {node['id']} at {node['address']} (pid {node['pid']}, {state}):"
+            f" {node['jobs']} jobs"
+        )

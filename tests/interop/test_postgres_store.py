@@ -179,13 +179,18 @@ def test_killed_backends_mid_load_lose_no_acknowledged_job(
     print(f"{kills} backends killed, {len(acked)} acknowledged, {len(refused)} refused")
 
 
-def test_a_second_node_on_the_same_schema_is_refused(
+def test_a_second_node_on_the_same_schema_joins_it(
     schema: Schema, servers: list[ServerProcess]
 ) -> None:
-    start(servers, schema)
-    second = subprocess.run(serve_command(schema.dsn), capture_output=True, text=True, timeout=60)
-    assert second.returncode != 0
-    assert "in use by another jobwire node" in second.stderr
+    first = start(servers, schema)
+    second = start(servers, schema)
+    handles = set()
+    for node in (first, second):
+        with GearmanSocket(node) as client:
+            handles.add(client.submit_bg(FUNCTION, "job"))
+    assert len(handles) == 2  # handles are unique across nodes (they name the node)
+    nodes = json.loads(jobwire("db", "status", "--json", store=schema.dsn).stdout)["nodes"]
+    assert len(nodes) == 2 and all(node["alive"] for node in nodes)
 
 
 def test_an_unreachable_database_is_a_clear_error_at_start() -> None:
@@ -204,11 +209,11 @@ def test_db_migrate_and_status_show_the_schema_and_the_node(
     assert "version 0" in before.stdout and "jobwire db migrate" in before.stdout
     migrated = jobwire("db", "migrate", store=schema.dsn)
     assert migrated.returncode == 0, migrated.stderr
-    assert migrated.stdout.strip() == "schema version 0 -> 1"
+    assert migrated.stdout.strip() == "schema version 0 -> 2"
     again = jobwire("db", "migrate", store=schema.dsn)
-    assert again.stdout.strip() == "schema version 1: up to date"
+    assert again.stdout.strip() == "schema version 2: up to date"
     idle = json.loads(jobwire("db", "status", "--json", store=schema.dsn).stdout)
-    assert (idle["version"], idle["jobs"], idle["node_pid"]) == (1, {}, None)
+    assert (idle["version"], idle["jobs"], idle["nodes"]) == (2, {}, [])
 
     server = start(servers, schema)
     with GearmanSocket(server) as client:
@@ -216,8 +221,10 @@ def test_db_migrate_and_status_show_the_schema_and_the_node(
             client.submit_bg(FUNCTION, f"job {i}")
     running = json.loads(jobwire("db", "status", "--json", store=schema.dsn).stdout)
     assert running["jobs"] == {"3": 3}  # JobState.AVAILABLE
-    assert isinstance(running["node_pid"], int)
-    assert "jobs available: 3" in jobwire("db", "status", store=schema.dsn).stdout
+    [node] = running["nodes"]
+    assert (node["alive"], node["jobs"], node["pid"]) == (True, 3, server.proc.pid)
+    shown = jobwire("db", "status", store=schema.dsn).stdout
+    assert "jobs available: 3" in shown and f"pid {server.proc.pid}" in shown
 
     not_postgres = jobwire("db", "status", store="sqlite:x.db")
     assert not_postgres.returncode != 0 and "postgresql://" in not_postgres.stderr

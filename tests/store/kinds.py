@@ -42,13 +42,9 @@ class Kind:
             store._conn.close()
             os.close(store._lock)
         elif isinstance(store, PostgresStore):
-            store._closed = True
             for _, _, task in store._flying.values():
                 task.cancel()
-            for conn in store._conns:
-                if conn is not None:
-                    conn.pgconn.finish()
-            store._lock_conn.close()
+            store.abandon()  # its node's lock goes with its connection: found dead at once
 
     def loaded(self) -> list[StoredJob]:
         store = self.open()

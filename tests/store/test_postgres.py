@@ -1,6 +1,6 @@
 """What only the PostgreSQL store has: a connection that breaks, a database that goes away and
-comes back, the node's lock, and one statement per batch. Against the local PostgreSQL, in a
-schema and role of the test's own (tests/pg.py)."""
+comes back, nodes, fencing, migration, and one statement per batch. Against the local
+PostgreSQL, in a schema and role of the test's own (tests/pg.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ import time
 from collections.abc import Callable
 
 import psycopg
-import pytest
 
 from jobwire.engine import Job
 from jobwire.store.postgres import PostgresStore
-from jobwire.store.sqlite import StoreError
 from tests.pg import ADMIN, Schema, pg_schema
 from tests.store.kinds import committed
 from tests.store.test_stores import make_job, run
@@ -100,19 +98,83 @@ def test_while_away_new_jobs_fail_and_older_changes_reach_the_database_after(
     assert ids(pg_schema) == [accepted.id]
 
 
-def test_a_second_store_on_the_same_schema_is_refused(
-    pg_schema: Schema, monkeypatch: pytest.MonkeyPatch
+def test_two_stores_on_one_schema_are_two_nodes_with_their_own_jobs_and_keys(
+    pg_schema: Schema,
 ) -> None:
-    from jobwire.store import postgres
-
-    monkeypatch.setattr(postgres, "LOCK_WAIT", 0.1)
     first = PostgresStore(pg_schema.dsn)
+    second = PostgresStore(pg_schema.dsn)
+    mine, theirs = make_job(1), make_job(2)
     try:
-        with pytest.raises(StoreError, match="in use by another jobwire node"):
-            PostgresStore(pg_schema.dsn)
+        assert first.node != second.node
+
+        async def main() -> None:
+            first.job_saved(mine)
+            second.job_saved(theirs)
+            assert await committed(first)
+            assert await committed(second)
+
+        run(main)
+        assert mine.row != theirs.row  # row keys from one sequence, in blocks per node
+        owners = pg_schema.rows("SELECT id, owner FROM {schema}.jobs ORDER BY id")
+        assert owners == [("H:test:1", first.node), ("H:test:2", second.node)]
+        assert [row.id for row in first.load()] == ["H:test:1"]
     finally:
-        first.close()
-    PostgresStore(pg_schema.dsn).close()  # free again
+        first.close()  # hands its job back to the shared queue
+        assert pg_schema.rows("SELECT owner FROM {schema}.jobs WHERE id = 'H:test:1'") == [(None,)]
+        second.close()
+    assert ids(pg_schema) == ["H:test:1", "H:test:2"]  # a node alone adopts both
+
+
+def test_a_node_declared_dead_writes_nothing_over_the_requeued_jobs(pg_schema: Schema) -> None:
+    store = PostgresStore(pg_schema.dsn)
+    job = make_job(1)
+
+    async def main() -> None:
+        store.job_saved(job)
+        assert await committed(store)
+        # What another node does when this one's lease ran out.
+        pg_schema.rows(f"DELETE FROM {{schema}}.nodes WHERE id = {store.node}")
+        pg_schema.rows("UPDATE {schema}.jobs SET owner = NULL")
+        job.attempts = 7
+        store.job_saved(job)
+        assert await committed(store)
+        store.job_removed(job)
+        assert await committed(store)
+
+    try:
+        run(main)
+        rows = pg_schema.rows("SELECT id, attempts, owner FROM {schema}.jobs")
+        assert rows == [("H:test:1", 0, None)]
+    finally:
+        store.close()
+
+
+def test_a_one_node_schema_is_migrated_and_its_jobs_adopted(pg_schema: Schema) -> None:
+    from jobwire.store.postgres import MIGRATIONS, SCHEMA_VERSION
+
+    with psycopg.connect(pg_schema.dsn, autocommit=True) as conn:
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute("INSERT INTO jobwire_schema (version) VALUES (1)")
+        conn.execute(
+            "INSERT INTO jobs (seq, id, function, queue, payload, priority, state, attempts,"
+            " created_at) VALUES (41, 'H:old:41', 'f', 'f', 'x', 0, 3, 0, 1000.0)"
+        )
+    store = PostgresStore(pg_schema.dsn)
+    try:
+        assert [(row.id, row.row) for row in store.load()] == [("H:old:41", 41)]
+        version = pg_schema.rows("SELECT version FROM {schema}.jobwire_schema")
+        assert version == [(SCHEMA_VERSION,)]
+
+        async def main() -> None:
+            fresh = make_job(2)
+            store.job_saved(fresh)
+            assert await committed(store)
+            assert fresh.row > 41  # the sequence starts above the old keys
+
+        run(main)
+    finally:
+        store.close()
 
 
 def test_close_after_drain_writes_everything_pending(pg_schema: Schema) -> None:

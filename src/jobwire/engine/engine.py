@@ -198,6 +198,11 @@ class Engine:
         #: Dead letter, workflows...: called after the observers when a job finishes
         #: (completed, cancelled, discarded), so they cost the other transitions nothing.
         self.finish_observers: list[JobObserver] = []
+        #: A cluster (`jobwire.store.pgcluster`): told when a worker waits for work of its
+        #: functions, and when a fetch by queue found fewer jobs than asked for, so that it
+        #: claims shared jobs for them (`replay` loads what it claims). None: no cluster.
+        self.on_idle_worker: Callable[[WorkerSession], None] | None = None
+        self.on_short_fetch: Callable[[Sequence[str], int], None] | None = None
 
     # ------------------------------------------------------------------ ids and registry
 
@@ -495,6 +500,8 @@ class Engine:
         worker.waiting = True
         for name in worker.abilities:
             self.function(name).waiters[worker] = None
+        if self.on_idle_worker is not None:
+            self.on_idle_worker(worker)
 
     def _is_waiting(self, worker: WorkerSession) -> bool:
         """Asleep (WAKE) or holding push credit: in every waiter list of its functions."""
@@ -619,6 +626,8 @@ class Engine:
             self._stop_waiting(worker)
         lane = self._best_lane(worker)
         if lane is None:
+            if self.on_idle_worker is not None:
+                self.on_idle_worker(worker)
             return None
         job = lane.pop()
         assert job is not None
@@ -676,6 +685,8 @@ class Engine:
                 assert job is not None
                 self._lease(job, lane.function, worker, lease_timeout)
                 leased.append(job)
+        if self.on_short_fetch is not None and len(leased) < count and worker.has_room:
+            self.on_short_fetch(queues, count - len(leased))
         return leased
 
     @staticmethod
@@ -748,6 +759,22 @@ class Engine:
         self._make_available(job, self.functions[job.function], front=True)
         if self._durable and job.background:
             self._journal.job_saved(job)
+
+    def release(self, job: Job) -> bool:
+        """Another node may run this queued job instead: it leaves this engine, neither
+        finished nor written (the store writes it as nobody's). False if it is no longer
+        queued here."""
+        if job.state is not _AVAILABLE or self.jobs.get(job.id) is not job:
+            return False
+        fn = self.functions.get(job.function)
+        lane = fn.lanes.get(job.queue) if fn is not None else None
+        if lane is None or not lane.withdraw(job):
+            return False
+        self.jobs.discard(job)
+        key = self.unique_key(job.function, job.unique, job.payload)
+        if key is not None and self.uniques.get(key) is job:
+            del self.uniques[key]
+        return True
 
     def held_job(self, worker: WorkerSession, job_id: str) -> Job:
         """The job `worker` holds under this id: the one ownership check of every work

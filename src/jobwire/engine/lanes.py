@@ -81,6 +81,18 @@ class Level:
         entries[index - 1] = job
         self._first = first - 1
 
+    def withdraw(self, job: Job) -> bool:
+        """Remove a queued job, looking from the newest entry back: the jobs withdrawn are
+        the newest (`Engine.release`), so this is about as cheap as an append."""
+        entries = self._entries
+        index = len(entries) - 1
+        while index >= self._first:
+            if entries[index] is job:
+                del entries[index]
+                return True
+            index -= 1
+        return False
+
     def replace(self, jobs: list[Job]) -> None:
         """Queue these jobs instead of the present entries."""
         self._entries = list(jobs)
@@ -197,6 +209,16 @@ class Lane:
         """Account for a queued job that left without being popped (it stays as a stale entry)."""
         self.count -= 1
         self.stale += 1
+
+    def withdraw(self, job: Job) -> bool:
+        """Take a queued job out of the lane (`Level.withdraw`); False if it is not in it."""
+        for level in self.levels:
+            if level.priority == job.priority:
+                if level.withdraw(job):
+                    self.count -= 1
+                    return True
+                return False
+        return False
 
     def clear(self) -> None:
         """Forget every queued job (an admin reset)."""

@@ -47,6 +47,9 @@ class ServerConfig:
     #: `/metrics` on a port of its own too (None: only on the HTTP port).
     metrics_port: int | None = None
     store: str = DEFAULT_STORE
+    #: postgresql store: a node's lease and the cluster's fallback poll (`store.pgcluster`).
+    node_lease: float = 15.0
+    cluster_poll: float = 5.0
     fsync: str = "batch"  # always | batch | off; see jobwire.store.sqlite
     checkpoint_bytes: int | None = None  # redo log between checkpoints; None: the default
     backlog: int = 1024
@@ -74,10 +77,16 @@ class ServerConfig:
 
 
 def open_store(
-    spec: str, fsync: str = "batch", checkpoint_bytes: int | None = None, busy_poll: float = 0.0
+    spec: str,
+    fsync: str = "batch",
+    checkpoint_bytes: int | None = None,
+    busy_poll: float = 0.0,
+    *,
+    address: str = "",
+    node_lease: float = 15.0,
 ) -> Store:
     """`memory`, `sqlite:PATH` or `postgresql://...`; `busy_poll` as the server's, for the
-    sqlite store's syncer."""
+    sqlite store's syncer; `address` and `node_lease` for a postgresql node."""
     if spec == "memory":
         return MemoryStore()
     if is_postgres(spec):  # psycopg is imported for this store only
@@ -85,7 +94,7 @@ def open_store(
         from jobwire.store.sqlite import StoreError as PostgresStoreError
 
         try:
-            return PostgresStore(spec)
+            return PostgresStore(spec, address=address, lease=node_lease)
         except PostgresStoreError as exc:
             raise SystemExit(f"jobwire: {exc}") from exc
     kind, _, path = spec.partition(":")
@@ -222,8 +231,19 @@ class Server:
     async def serve(self) -> None:
         config = self.config
         loop = asyncio.get_running_loop()
-        store = open_store(config.store, config.fsync, config.checkpoint_bytes, config.busy_poll)
-        engine = Engine(config.engine, journal=store)
+        store = open_store(
+            config.store,
+            config.fsync,
+            config.checkpoint_bytes,
+            config.busy_poll,
+            address=f"{config.listen}:{config.port}",
+            node_lease=config.node_lease,
+        )
+        node = getattr(store, "node", None)  # a cluster node (postgresql store)
+        engine_config = config.engine
+        if node is not None:  # ids stay unique across nodes without asking each other
+            engine_config = replace(engine_config, id_prefix=f"{engine_config.id_prefix}:n{node}")
+        engine = Engine(engine_config, journal=store)
         started = time.perf_counter()
         # Replay allocates millions of objects that all stay alive: scanning them for
         # garbage while they are created would more than double the replay time.
@@ -246,7 +266,16 @@ class Server:
             seconds = time.perf_counter() - started
             log.info("restored %d jobs from the store in %.2fs", restored, seconds)
         store.start()
+        cluster = None
+        if node is not None:
+            from jobwire.store.pgcluster import ClusterNode
+            from jobwire.store.postgres import PostgresStore
+
+            assert isinstance(store, PostgresStore)
+            cluster = ClusterNode(store, engine, poll=config.cluster_poll, on_fatal=self._fatal)
+            cluster.start()
         runtime = Runtime(engine, loop, config.busy_poll, store)
+        runtime.cluster = cluster
         runtime.connections = ConnectionTable(config.limits)
         if config.security.auth is not None:
             # The idle timeout then closes a connection until it authenticates, whatever it sends.
@@ -350,6 +379,8 @@ class Server:
             if ojs is not None:
                 ojs.close()
             runtime.close()
+            if cluster is not None:
+                await cluster.close()
             drain = getattr(store, "drain", None)
             if drain is not None:  # a store that commits on the loop: let it finish
                 await drain()

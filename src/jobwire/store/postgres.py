@@ -1,4 +1,4 @@
-"""The PostgreSQL store: one node's jobs in a PostgreSQL database, one statement per batch.
+"""The PostgreSQL store: a node's jobs in a PostgreSQL database, one statement per batch.
 
 `--store postgresql://USER:PASS@HOST:PORT/DB` (libpq's URI; `?options=-csearch_path%3DNAME`
 puts jobwire's tables in schema NAME). The tables are created and migrated by jobwire
@@ -24,10 +24,13 @@ hear `False`; its changes to older jobs are carried into the next batch, so the 
 catches up with the engine once it is back. While it is down, batches fail at once and a new
 connection is tried with back-off (`RECONNECT_MIN` doubling to `RECONNECT_MAX`).
 
-One node per database (schema): the node holds a PostgreSQL advisory lock (per schema) for
-as long as it runs, so a second `jobwire serve` on the same tables is refused instead of
-replaying and running the same jobs. Sharing one database between nodes is not built yet
-(docs/scaling.md says how it would be).
+Several nodes per database (schema) form a cluster: each registers in `nodes` with a lease
+and holds an advisory lock of its own; every row it writes carries its owner (NULL: in the
+shared queue), and its changes and deletions are conditional on owning the row, so a node
+declared dead writes nothing over the jobs the others requeued. At start a node adopts the
+jobs of dead nodes (and the unowned ones when it is alone) and replays only what it owns.
+Leases, claims and wake-ups run beside the engine in `jobwire.store.pgcluster`;
+docs/scaling.md ("The cluster") describes the whole.
 """
 
 from __future__ import annotations
@@ -36,9 +39,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import psycopg
@@ -52,7 +56,7 @@ from jobwire.store.sqlite import EARLY_BATCH_WRITES, StoreError
 
 log = logging.getLogger("jobwire.store")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Seconds between two connection attempts while PostgreSQL is away: doubling from the
 #: first to the last.
 RECONNECT_MIN = 0.05
@@ -65,13 +69,21 @@ IN_FLIGHT = max(1, int(os.environ.get("JOBWIRE_PG_IN_FLIGHT", "2")))  # 1: bench
 #: Seconds a commit may take before its connection is given up for a new one (a database
 #: that stopped answering without closing the connection).
 COMMIT_TIMEOUT = 30.0
-#: Seconds a starting node waits for the lock of a node that just ended.
+#: Seconds a starting node waits for a node that ran on its address (a killed process whose
+#: backend has not ended yet) to be found dead, so that it adopts its jobs.
 LOCK_WAIT = 3.0
+#: Seconds a node's lease lasts (`--node-lease`); it is renewed every third of it.
+NODE_LEASE = 15.0
+#: Row keys a node takes from the `job_keys` sequence at a time (its INCREMENT).
+KEY_BLOCK = 65536
 #: While commits keep failing, repeat the same error in the log at most this often (seconds).
 _LOG_EVERY = 10.0
-#: The advisory lock a node holds: this constant and the hash of the schema's name.
+#: The transaction lock that keeps two nodes from migrating at once: this constant + 1 and
+#: the hash of the schema's name.
 _LOCK_CLASS = 0x6A6F62  # "job"
-_LOCK_KEY = f"{_LOCK_CLASS}, hashtext(current_schema())"
+#: The advisory lock each node holds while it runs, on one bigint: the schema's hash and the
+#: node's id. A starting node that can take another node's lock knows that node is gone.
+_NODE_LOCK = "(hashtext(current_schema())::bigint << 32) | %s"
 
 SCHEMA_STATEMENTS = (
     "CREATE TABLE IF NOT EXISTS jobwire_schema (version integer NOT NULL)",
@@ -100,8 +112,33 @@ SCHEMA_STATEMENTS = (
         PRIMARY KEY (namespace, key)
     )""",
 )
-#: Migrations from version N to N + 1, by N (version 0: no tables).
-MIGRATIONS: dict[int, tuple[str, ...]] = {0: SCHEMA_STATEMENTS}
+#: Version 2, the cluster: nodes with leases, an owner per job (NULL: any node may claim it),
+#: row keys from a sequence in blocks, and the indexes claims and status look-ups use.
+CLUSTER_STATEMENTS = (
+    "CREATE SEQUENCE IF NOT EXISTS node_ids",
+    """CREATE TABLE IF NOT EXISTS nodes (
+        id bigint PRIMARY KEY DEFAULT nextval('node_ids'),
+        address text NOT NULL,
+        pid integer NOT NULL,
+        started_at timestamptz NOT NULL DEFAULT now(),
+        lease_until timestamptz NOT NULL
+    )""",
+    "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS owner bigint",
+    # The node a foreground job's client waits on: the node running it tells that one.
+    "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS client_node bigint",
+    # Results too large for a notification, named by the one that tells of them.
+    "CREATE TABLE IF NOT EXISTS relay (id bigserial PRIMARY KEY, payload text NOT NULL)",
+    f"CREATE SEQUENCE IF NOT EXISTS job_keys INCREMENT BY {KEY_BLOCK}",
+    "SELECT setval('job_keys', (SELECT COALESCE(max(seq), 0) + 1 FROM jobs), false)",
+    "CREATE INDEX IF NOT EXISTS jobs_unowned_by_function"
+    " ON jobs (function, priority DESC, created_at, seq) WHERE owner IS NULL",
+    "CREATE INDEX IF NOT EXISTS jobs_unowned_by_queue"
+    " ON jobs (queue, priority DESC, created_at, seq) WHERE owner IS NULL",
+    "CREATE INDEX IF NOT EXISTS jobs_by_id ON jobs (id)",
+)
+#: Migrations from version N to N + 1, by N (version 0: no tables). Rows of a one-node schema
+#: (version 1) have no owner after the upgrade: the first node to start alone adopts them.
+MIGRATIONS: dict[int, tuple[str, ...]] = {0: SCHEMA_STATEMENTS, 1: CLUSTER_STATEMENTS}
 
 _COLUMNS = (
     "seq, id, function, queue, uniq, payload, priority, state, attempts, max_attempts,"
@@ -124,25 +161,69 @@ _TYPES = [
     "bytea",
 ]
 _UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS.split(", ")[1:])
-_ARRAYS = ", ".join(f"%b::{t}[]" for t in _TYPES)
+_ARRAYS = ", ".join(f"%b::{t}[]" for t in [*_TYPES, "bigint", "bigint"])
 #: One batch, one statement, its parameters sent in binary (`%b`: a third of the client's
-#: CPU of text, bench/pg_drivers.py) (20 parameters: 14 job columns, the row keys to delete, the
-#: key-value records to write (namespace, key, value) and to delete (namespace, key)).
+#: CPU of text, bench/pg_drivers.py) (25 parameters: 14 job columns, the owner and the client's
+#: node, the row keys
+#: to delete, the key-value records to write (namespace, key, value) and to delete (namespace,
+#: key), the node, the channel and the "function<US>queue" names that got unowned jobs).
+#:
+#: Fencing: a node changes or deletes only rows it owns. Once other nodes have declared it
+#: dead and requeued its jobs, its writes of them change nothing (and its heartbeat stops it).
+#: The notifications go out with the commit, to the nodes that LISTEN for ready work.
 BATCH_SQL = f"""
 WITH saved AS (
-    INSERT INTO jobs ({_COLUMNS}) SELECT * FROM unnest({_ARRAYS})
-    ON CONFLICT (seq) DO UPDATE SET {_UPDATES}
+    INSERT INTO jobs ({_COLUMNS}, owner, client_node) SELECT * FROM unnest({_ARRAYS})
+    ON CONFLICT (seq) DO UPDATE SET {_UPDATES} WHERE jobs.owner = %b::bigint
 ), removed AS (
-    DELETE FROM jobs WHERE seq = ANY(%b::bigint[])
+    DELETE FROM jobs WHERE seq = ANY(%b::bigint[]) AND owner = %b::bigint
 ), put AS (
     INSERT INTO kv (namespace, key, value) SELECT * FROM unnest(%b::text[], %b::text[], %b::bytea[])
     ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value
 ), unput AS (
     DELETE FROM kv WHERE (namespace, key) IN (SELECT * FROM unnest(%b::text[], %b::text[]))
 )
-SELECT 1
+SELECT count(pg_notify(%b::text, name)) FROM unnest(%b::text[]) AS name
 """
-_LOAD = f"SELECT {_COLUMNS.removeprefix('seq, ')}, seq FROM jobs ORDER BY seq"
+_LOAD = f"SELECT {_COLUMNS.removeprefix('seq, ')}, seq FROM jobs WHERE owner = %s ORDER BY seq"
+#: Claimed and looked-up rows, as `StoredJob` takes them.
+_STORED = f"{_COLUMNS.removeprefix('seq, ')}, seq"
+#: At start: nodes whose lease ran out or whose lock is free are dead; their jobs become
+#: this node's, and the unowned jobs too if no other node lives; this node's lease is renewed.
+#: Parameters: the lease, the node four times. Answers (jobs adopted, whether another node
+#: lives).
+ADOPT_SQL = f"""
+WITH renewed AS (
+    UPDATE nodes SET lease_until = now() + make_interval(secs => %s) WHERE id = %s
+), dead AS (
+    DELETE FROM nodes WHERE id <> %s
+    AND (lease_until < now() OR pg_try_advisory_xact_lock({_NODE_LOCK.replace("%s", "id")}))
+    RETURNING id
+), alone AS (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM nodes WHERE id <> %s AND id NOT IN (SELECT id FROM dead)
+    ) AS yes
+), adopted AS (
+    UPDATE jobs SET owner = %s
+    WHERE owner IN (SELECT id FROM dead) OR (owner IS NULL AND (SELECT yes FROM alone))
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM adopted), NOT (SELECT yes FROM alone)
+"""
+#: A node leaving (parameters: the node twice, the channel): its row goes, its jobs lose
+#: their owner, and the nodes listening hear which queues got work and that nodes changed.
+LEAVE_SQL = """
+WITH gone AS (
+    DELETE FROM nodes WHERE id = %s RETURNING id
+), released AS (
+    UPDATE jobs SET owner = NULL WHERE owner = %s AND EXISTS (SELECT 1 FROM gone)
+    RETURNING function, queue
+)
+SELECT count(pg_notify(%s, name)) FROM (
+    SELECT DISTINCT function || chr(31) || queue AS name FROM released
+    UNION ALL SELECT 'nodes'
+) AS names
+"""
 _KV_LOAD = "SELECT key, value FROM kv WHERE namespace = %s"
 _ENGINE_NAMESPACE = "engine"
 _NUMBERS_KEY = "numbers_reserved"
@@ -152,9 +233,16 @@ Callback = Callable[[bool], None]
 Row = tuple[Any, ...]
 
 
-def batch_parameters(rows: dict[int, Row | None], kv: KVChanges) -> list[list[Any]]:
-    """`BATCH_SQL`'s parameters for these changes (row key -> row, None: delete)."""
-    columns: list[list[Any]] = [[] for _ in _TYPES]
+def batch_parameters(
+    rows: dict[int, Row | None],
+    kv: KVChanges,
+    node: int = 0,
+    channel: str = "",
+    ready: Iterable[str] = (),
+) -> list[Any]:
+    """`BATCH_SQL`'s parameters for these changes (row key -> row with its owner and its
+    client's node last, None: delete), written by `node`, notifying `ready` on `channel`."""
+    columns: list[list[Any]] = [[] for _ in range(len(_TYPES) + 2)]
     deleted: list[int] = []
     for key, row in rows.items():
         if row is None:
@@ -172,7 +260,7 @@ def batch_parameters(rows: dict[int, Row | None], kv: KVChanges) -> list[list[An
             put[0].append(namespace)
             put[1].append(name)
             put[2].append(value)
-    return [*columns, deleted, *put, *unput]
+    return [*columns, node, deleted, node, *put, *unput, channel, list(ready)]
 
 
 def schema_version(conn: psycopg.Connection[Any]) -> int:
@@ -224,12 +312,18 @@ def status(dsn: str) -> dict[str, Any]:
                 states = conn.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall()
                 info["jobs"] = {int(state): int(count) for state, count in states}
                 info["records"] = conn.execute("SELECT count(*) FROM kv").fetchone()[0]  # type: ignore[index]
-            holder = conn.execute(
-                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
-                " AND classid = %s AND objid = hashtext(current_schema())::oid AND objsubid = 2",
-                (_LOCK_CLASS,),
-            ).fetchone()
-            info["node_pid"] = None if holder is None else int(holder[0])
+            info["nodes"] = []
+            if version >= 2:
+                nodes = conn.execute(
+                    "SELECT id, address, pid, lease_until > now(),"
+                    " (SELECT count(*) FROM jobs WHERE owner = nodes.id) FROM nodes ORDER BY id"
+                ).fetchall()
+                info["nodes"] = [
+                    {"id": n, "address": a, "pid": p, "alive": bool(live), "jobs": int(j)}
+                    for n, a, p, live, j in nodes
+                ]
+                unowned = conn.execute("SELECT count(*) FROM jobs WHERE owner IS NULL").fetchone()
+                info["unowned"] = int(unowned[0]) if unowned else 0
         except psycopg.Error as exc:
             raise StoreError(f"cannot read the store: {_reason(exc)}") from exc
     return info
@@ -252,21 +346,35 @@ class PostgresStore:
 
     durable = True
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, address: str = "", lease: float = NODE_LEASE) -> None:
         self.dsn = dsn
+        self.address = address or f"{socket.gethostname()} pid {os.getpid()}"
+        self.lease = lease
         self.write_count = 0
         self.commits = 0  # successful batches, for benchmarks and tests
         self.round_trips = 0  # statements sent for batches, for benchmarks and tests
         #: Why the latest commit failed; None once one succeeds again.
         self.last_error: str | None = None
-        # The lock connection: takes the node's lock, migrates, replays; then only holds
-        # the lock (its backend's pid is `_holder`).
+        #: Decides, at the end of a turn, which new jobs go to the shared queue instead of
+        #: staying with this node (`jobwire.store.pgcluster`); None: every job stays.
+        self.releases: Callable[[Job], bool] | None = None
+        #: Called when the store drops its connections (the cluster's own go too).
+        self.on_abandon: list[Callable[[], None]] = []
+        #: Called when half the block of row keys is used (the cluster takes the next one).
+        self.keys_low: Callable[[], None] | None = None
+        #: The next block of row keys, when the cluster took it ahead of need.
+        self.spare_keys: tuple[int, int] | None = None
+        # The node's connection: migrates, registers the node, adopts the jobs of dead
+        # nodes, replays; then holds the node's lock for as long as it runs.
         self._lock_conn = connect(dsn)
         try:
             migrate(self._lock_conn)
-            self._holder = self._take_lock(self._lock_conn)
-            row = self._lock_conn.execute("SELECT COALESCE(max(seq), 0) FROM jobs").fetchone()
-            self._next_row = 1 + int(row[0]) if row else 1
+            self.schema = str(self._lock_conn.execute("SELECT current_schema()").fetchone()[0])  # type: ignore[index]
+            #: The channel nodes LISTEN on: work became ready, or nodes came or went.
+            self.channel = f"jobwire.{self.schema}"
+            self.node = self._register()
+            self._next_row, self._last_row = self._take_keys()
+            self.adopted = self._adopt_dead_nodes()
         except psycopg.Error as exc:
             self._lock_conn.close()
             raise StoreError(f"cannot open the store: {_reason(exc)}") from exc
@@ -302,19 +410,41 @@ class PostgresStore:
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def _take_lock(self, conn: psycopg.Connection[Any]) -> int:
-        """Take the node's lock, waiting up to `LOCK_WAIT` seconds: the backend of a node
-        killed a moment ago may not have ended yet, and holds it until it does."""
+    def _register(self) -> int:
+        """A row in `nodes` with a lease, and the node's lock: its id."""
+        conn = self._lock_conn
+        row = conn.execute(
+            "INSERT INTO nodes (address, pid, lease_until)"
+            " VALUES (%s, %s, now() + make_interval(secs => %s)) RETURNING id",
+            (self.address, os.getpid(), self.lease),
+        ).fetchone()
+        assert row is not None
+        node = int(row[0])
+        conn.execute(f"SELECT pg_advisory_lock({_NODE_LOCK})", (node,))
+        conn.execute("SELECT pg_notify(%s, 'nodes')", (self.channel,))
+        return node
+
+    def _take_keys(self) -> tuple[int, int]:
+        """A block of row keys from the shared sequence: (first, last)."""
+        row = self._lock_conn.execute("SELECT nextval('job_keys')").fetchone()
+        assert row is not None
+        first = int(row[0])
+        return first, first + KEY_BLOCK - 1
+
+    def _adopt_dead_nodes(self) -> int:
+        """Take over the jobs of nodes that are gone (lease run out, or lock free: a killed
+        process), in one transaction, and the unowned jobs too when no other node runs: a
+        node alone replays everything, as a one-node store did. While other nodes seem alive
+        it tries again for up to `LOCK_WAIT` seconds: the backend of a node killed a moment
+        ago may hold its lock a little longer. How many jobs it adopted."""
         deadline = time.monotonic() + LOCK_WAIT
+        adopted = 0
         while True:
-            row = conn.execute(
-                f"SELECT pg_try_advisory_lock({_LOCK_KEY}), pg_backend_pid()"
-            ).fetchone()
+            row = self._lock_conn.execute(ADOPT_SQL, (self.lease, *[self.node] * 4)).fetchone()
             assert row is not None
-            if row[0]:
-                return int(row[1])
-            if time.monotonic() >= deadline:
-                raise StoreError("the store is in use by another jobwire node")
+            adopted += int(row[0])
+            if not row[1] or time.monotonic() >= deadline:
+                return adopted
             time.sleep(0.02)
 
     # ------------------------------------------------------------------ start-up reads
@@ -324,7 +454,7 @@ class PostgresStore:
         try:
             with self._lock_conn.cursor(name="jobwire_load") as cur, self._lock_conn.transaction():
                 cur.itersize = 10_000
-                cur.execute(_LOAD)
+                cur.execute(_LOAD, (self.node,))
                 for row in cur:
                     job = StoredJob(*row)
                     job.function = names.setdefault(job.function, job.function)
@@ -363,12 +493,34 @@ class PostgresStore:
         key = job.row
         if not key:  # first save: the row key is ours to give
             key = job.row = self._next_row
-            self._next_row += 1
+            if key >= self._last_row:
+                self._next_keys()
+            else:
+                self._next_row = key + 1
+                if key == self._last_row - KEY_BLOCK // 2 and self.keys_low is not None:
+                    self.keys_low()  # half the block is used: the cluster takes the next
             self._new_rows.add(key)
             self._created.append(job)
         self._changes[key] = job
         if not self._scheduled:
             self._schedule()
+
+    def _next_keys(self) -> None:
+        """The block of row keys is used up: the next one, taken ahead by the cluster
+        (`spare_keys`), or now, in one round trip (rare: blocks are large)."""
+        if self.spare_keys is not None:
+            (self._next_row, self._last_row), self.spare_keys = self.spare_keys, None
+            return
+        try:
+            if self._lock_conn.broken or self._lock_conn.closed:
+                self._lock_conn = connect(self.dsn)  # PostgreSQL restarted meanwhile
+            self._next_row, self._last_row = self._take_keys()
+        except (psycopg.Error, StoreError) as exc:
+            raise StoreUnavailableError(f"cannot take row keys: {exc}") from exc
+
+    @property
+    def keys_left(self) -> int:
+        return self._last_row - self._next_row + 1
 
     def job_removed(self, job: Job) -> None:
         self.write_count += 1
@@ -433,18 +585,43 @@ class PostgresStore:
     def _has_writes(self) -> bool:
         return bool(self._changes or self._kv or self._created)
 
-    def _take_batch(self) -> tuple[dict[int, Row | None], KVChanges, list[Job]]:
-        """The current batch as rows, under what failed batches left to carry."""
+    def _take_batch(self) -> tuple[dict[int, Row | None], KVChanges, list[Job], set[str]]:
+        """The current batch as rows (each with its owner and its client's node last), under
+        what failed batches left to carry, and the "function<US>queue" names that got unowned
+        jobs: new jobs that `releases` lets go to the shared queue are written without an
+        owner (a foreground one with this node as its client's; the cluster saves those
+        only to offer them, `jobwire.store.pgcluster`)."""
         rows = dict(self._carried)
+        me = self.node
+        releases = self.releases
+        new_rows = self._new_rows
+        ready: set[str] = set()
+        created = self._created
+        kept_foreground = False
         for key, job in self._changes.items():
-            rows[key] = None if job is None else full_row(job)
+            if job is None:
+                rows[key] = None
+            elif releases is not None and key in new_rows:
+                row = full_row(job)  # as queued here, before it may leave the engine
+                if releases(job):
+                    rows[key] = (*row, None, None if job.background else me)
+                    ready.add(f"{job.function}\x1f{job.queue}")
+                elif job.background:
+                    rows[key] = (*row, me, None)
+                else:
+                    kept_foreground = True
+            elif job.background:
+                rows[key] = (*full_row(job), me, None)
+            else:  # a foreground job this node runs itself: not stored, as ever
+                kept_foreground = True
+        if kept_foreground:
+            created = [job for job in created if job.background or job.row in rows]
         kv = dict(self._kv_carried)
         kv.update(self._kv)
-        created = self._created
         self._carried, self._kv_carried = {}, {}
         self._changes, self._kv, self._created = {}, {}, []
         self._new_rows = set()
-        return rows, kv, created
+        return rows, kv, created, ready
 
     def _overlaps_a_commit(self) -> bool:
         """Some row or record of the current batch is also in a commit in flight: the batch
@@ -471,7 +648,7 @@ class PostgresStore:
         self._handed_at = self.write_count
         created = self._created
         try:
-            rows, kv, created = self._take_batch()
+            rows, kv, created, ready = self._take_batch()
         except Exception as exc:  # a value that cannot be turned into a row: this batch fails
             log.exception("store: cannot encode a batch")
             self._changes, self._kv, self._created, self._new_rows = {}, {}, [], set()
@@ -481,7 +658,7 @@ class PostgresStore:
             self._kv_written.update(kv)
         slot = self._free.pop()
         assert self._loop is not None
-        task = self._loop.create_task(self._commit(number, slot, rows, kv, created))
+        task = self._loop.create_task(self._commit(number, slot, rows, kv, created, ready))
         self._flying[number] = (set(rows), set(kv), task)
 
     async def _commit(
@@ -491,16 +668,18 @@ class PostgresStore:
         rows: dict[int, Row | None],
         kv: KVChanges,
         created: list[Job],
+        ready: set[str],
     ) -> None:
         error: str | None = None
         if rows or kv:
             try:
-                await self._execute(slot, batch_parameters(rows, kv))
+                parameters = batch_parameters(rows, kv, self.node, self.channel, ready)
+                await self._execute(slot, parameters)
             except Exception as exc:
                 error = _reason(exc)
         self._finished(number, slot, rows, kv, created, error)
 
-    async def _execute(self, slot: int, parameters: list[list[Any]]) -> None:
+    async def _execute(self, slot: int, parameters: list[Any]) -> None:
         """One statement, on a new connection once more if the connection broke."""
         for attempt in (1, 2):
             conn = await self._connection(slot)
@@ -524,7 +703,7 @@ class PostgresStore:
         conn = self._conns[slot]
         if conn is not None and not conn.broken and not conn.closed:
             return conn
-        async with self._connecting:  # one at a time: each may take the node's lock
+        async with self._connecting:  # one at a time, with one back-off
             if time.monotonic() < self._retry_at:
                 raise StoreUnavailableError(f"PostgreSQL is away ({self.last_error})")
             try:
@@ -534,11 +713,6 @@ class PostgresStore:
                     connect_timeout=CONNECT_TIMEOUT,
                     prepare_threshold=0,
                 )
-                try:
-                    await self._check_lock(conn)
-                except BaseException:
-                    await conn.close()
-                    raise
             except Exception:
                 self._retry_at = time.monotonic() + self._retry_delay
                 self._retry_delay = min(self._retry_delay * 2, RECONNECT_MAX)
@@ -546,24 +720,6 @@ class PostgresStore:
             self._retry_delay = RECONNECT_MIN
             self._conns[slot] = conn
             return conn
-
-    async def _check_lock(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """The node's lock is still held by the connection that took it, or this one takes
-        it now (PostgreSQL restarted); StoreError if another node took it meanwhile."""
-        cur = await conn.execute(
-            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted"
-            " AND classid = %s AND objid = hashtext(current_schema())::oid AND objsubid = 2",
-            (_LOCK_CLASS,),
-        )
-        row = await cur.fetchone()
-        if row is not None and int(row[0]) == self._holder:
-            return
-        cur = await conn.execute(f"SELECT pg_try_advisory_lock({_LOCK_KEY}), pg_backend_pid()")
-        taken = await cur.fetchone()
-        assert taken is not None
-        if not taken[0]:
-            raise StoreError("the store is in use by another jobwire node")
-        self._holder = int(taken[1])
 
     def _drop_connection(self, slot: int) -> None:
         conn, self._conns[slot] = self._conns[slot], None
@@ -665,11 +821,12 @@ class PostgresStore:
                 task.cancel()
             ok = False
         elif self._has_writes() or self._carried or self._kv_carried:
-            rows, kv, _created = self._take_batch()
+            rows, kv, _created, ready = self._take_batch()
             self._handed += 1
             try:
                 if rows or kv:
-                    self._lock_conn.execute(BATCH_SQL, batch_parameters(rows, kv))
+                    parameters = batch_parameters(rows, kv, self.node, self.channel, ready)
+                    self._lock_conn.execute(BATCH_SQL, parameters)
             except psycopg.Error as exc:
                 log.error("store: final commit failed: %s", _reason(exc))
                 ok = False
@@ -681,10 +838,28 @@ class PostgresStore:
                 callback(ok)
             except Exception:
                 log.exception("after_commit callback failed")
+        if ok:
+            self._leave()
+        self.abandon()
+
+    def _leave(self) -> None:
+        """Leave the cluster: the node's row goes, its jobs go back to the shared queue (a
+        node alone adopts them at its next start) and the other nodes hear of it."""
+        try:
+            self._lock_conn.execute(LEAVE_SQL, (self.node, self.node, self.channel))
+        except psycopg.Error as exc:
+            log.error("store: could not hand this node's jobs back: %s", _reason(exc))
+
+    def abandon(self) -> None:
+        """Drop every connection without writing anything: what a killed process leaves
+        (its row and its jobs stay until its lease runs out or its lock is found free)."""
+        self._closed = True
         for slot, conn in enumerate(self._conns):
             self._conns[slot] = None
             if conn is not None:
                 conn.pgconn.finish()
+        for close in self.on_abandon:
+            close()
         self._lock_conn.close()
 
 

@@ -221,6 +221,12 @@ class GearmanConnection(Transport):
         handler(self, packet.args)
 
     def admin(self, command: AdminCommand) -> None:
+        cluster = self.server.runtime.cluster
+        if cluster is not None and command.name == "status":  # every node's jobs
+            from jobwire.server.gearman.cluster_status import answer_admin_status
+
+            answer_admin_status(self, cluster, self.engine)
+            return
         self.send(admin_reply(self.server, command))
 
     def protocol_error(self, error: ProtocolError) -> None:
@@ -434,6 +440,13 @@ class GearmanConnection(Transport):
 
     def get_status(self, args: tuple[bytes, ...]) -> None:
         job = self.engine.jobs.get(_decode(args[0]))
+        if job is None:
+            cluster = self.server.runtime.cluster
+            if cluster is not None:  # another node may hold it
+                from jobwire.server.gearman.cluster_status import answer_status
+
+                answer_status(self, cluster, args[0])
+                return
         known, running, numerator, denominator = _status_fields(job)
         self.send(status_res(args[0], known, running, numerator, denominator))
 

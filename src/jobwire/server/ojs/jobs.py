@@ -84,7 +84,13 @@ class JobRoutes:
                 engine.forget(job)
 
     async def get(self, request: web.Request) -> web.Response:
-        return reply({"job": job_json(self.service.job(request.match_info["id"]))})
+        job_id = request.match_info["id"]
+        cluster = self.service.runtime.cluster
+        if cluster is not None and self.service.engine.jobs.get(job_id) is None:
+            held_elsewhere = await cluster.find_job(job_id)  # another node's, or nobody's
+            if held_elsewhere is not None:
+                return reply({"job": job_json(held_elsewhere)})
+        return reply({"job": job_json(self.service.job(job_id))})
 
     async def cancel(self, request: web.Request) -> web.Response:
         job = self.service.job(request.match_info["id"])

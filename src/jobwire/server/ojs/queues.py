@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from jobwire.engine.engine import QueueInfo
+from jobwire.ports.cluster import ClusterView
 from jobwire.protocols.ojs.envelope import check_queue
 from jobwire.protocols.ojs.errors import OJSError
 from jobwire.server.ojs.http import BASE, reply
@@ -60,7 +61,19 @@ class QueueRoutes:
 
     async def list_queues(self, request: web.Request) -> web.Response:
         queues = [self._summary(info) for info in self.engine.queues.values()]
+        cluster = self.service.runtime.cluster
+        if cluster is not None:  # and the jobs of the cluster's other nodes, and nobody's
+            await self._add_elsewhere(cluster, queues)
         return reply({"queues": queues, "count": len(queues)})
+
+    async def _add_elsewhere(self, cluster: ClusterView, queues: list[dict[str, Any]]) -> None:
+        by_name = {queue["name"]: queue for queue in queues}
+        for (_function, name), (jobs, running) in (await cluster.elsewhere()).items():
+            queue = by_name.get(name)
+            if queue is None:
+                queue = by_name[name] = self._summary(QueueInfo(name))
+                queues.append(queue)
+            queue["available"] += jobs - running
 
     async def stats(self, request: web.Request) -> web.Response:
         """Jobs of the queue by state; finished ones while they are retained.

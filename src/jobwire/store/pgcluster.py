@@ -1,0 +1,638 @@
+"""Several jobwire nodes on one PostgreSQL store: leases, the shared queue, claims.
+
+Every `jobwire serve --store postgresql://...` on the same tables is a node of one cluster
+(docs/scaling.md, "The cluster"). The store (`jobwire.store.postgres`) registers the node,
+adopts the jobs of dead nodes at start and writes every row with its owner; this module runs
+beside the engine on the event loop:
+
+- **Heartbeat**: every third of `--node-lease` the node renews its lease. A node whose row
+  is gone was declared dead by the others, who requeued its jobs: it stops at once, so it
+  never runs them twice (its writes of them changed nothing meanwhile: they are conditional on
+  ownership). It stops too when it could not renew its lease before it ran out.
+- **Reaping**: the same beat deletes the nodes whose lease ran out and gives their jobs back to
+  the shared queue (owner NULL, their attempts as counted), in one statement, and notifies.
+- **The shared queue**: a node keeps the jobs it can run now; when other nodes run, a new job
+  no local worker is free for is written without an owner (`releases`). A node claims such
+  jobs when its workers wait for work: `UPDATE ... FOR UPDATE SKIP LOCKED ... RETURNING`, at
+  most as many as it has idle workers, priority first, then the oldest, and loads them into
+  its engine through replay.
+- **Wake-ups**: nodes LISTEN on the schema's channel; a batch that wrote unowned jobs notifies
+  "function<US>queue" with its commit, and nodes with idle workers for them claim at once. A
+  slow poll (`--cluster-poll`) covers a lost notification.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql
+
+from jobwire.engine.job import Job, JobState, Output
+from jobwire.ports import StoredJob, decode_ext
+from jobwire.ports.cluster import Counts
+from jobwire.store.postgres import (
+    _NODE_LOCK,
+    _STORED,
+    CONNECT_TIMEOUT,
+    KEY_BLOCK,
+    RECONNECT_MAX,
+    RECONNECT_MIN,
+    PostgresStore,
+    _reason,
+)
+
+if TYPE_CHECKING:
+    from jobwire.engine import Engine, WorkerSession
+
+log = logging.getLogger("jobwire.cluster")
+
+#: Seconds between two claims for every idle worker and recent fetch, whatever was notified.
+POLL = 5.0
+#: Jobs claimed by one statement at most.
+CLAIM_MAX = 100
+#: Seconds a fetch by queue that came back short keeps the node claiming for that queue.
+FETCH_INTEREST = 10.0
+#: Seconds a node that stops waits for its messages to other nodes to go out.
+CLOSE_WAIT = 3.0
+#: Seconds one statement of the cluster may take before its connection is given up.
+STATEMENT_TIMEOUT = 10.0
+
+#: Renew the lease (node, lease seconds, node); no row: the others declared this node dead.
+#: Answers the number of other live nodes, and takes the node's lock on this connection when
+#: no connection holds it (the node's own connection lost it when PostgreSQL restarted).
+HEARTBEAT_SQL = f"""
+UPDATE nodes SET lease_until = now() + make_interval(secs => %s) WHERE id = %s
+RETURNING (SELECT count(*) FROM nodes WHERE id <> %s AND lease_until >= now()),
+    pg_try_advisory_lock({_NODE_LOCK})
+"""
+#: Requeue the jobs of nodes whose lease ran out (node, channel): one transaction; the nodes
+#: listening hear which queues got work back.
+REAP_SQL = """
+WITH dead AS (
+    DELETE FROM nodes WHERE lease_until < now() AND id <> %s RETURNING id
+), requeued AS (
+    UPDATE jobs SET owner = NULL WHERE owner IN (SELECT id FROM dead) RETURNING function, queue
+), names AS (
+    SELECT DISTINCT function || chr(31) || queue AS name FROM requeued
+    UNION SELECT 'nodes' FROM dead
+)
+SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM requeued),
+    (SELECT count(pg_notify(%s, name)) FROM names)
+"""
+_CLAIM = """
+UPDATE jobs SET owner = %(node)s
+WHERE seq IN (
+    SELECT seq FROM jobs
+    WHERE owner IS NULL AND {column} = %(name)s AND state <> {pending}
+    AND (run_at IS NULL OR run_at <= %(now)s)
+    ORDER BY priority DESC, created_at, seq
+    LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+) AND owner IS NULL AND EXISTS (SELECT 1 FROM nodes WHERE id = %(node)s)
+RETURNING {stored}, client_node
+"""
+#: Claim up to `limit` unowned jobs of a function (or of a queue), the best first.
+CLAIM_BY_FUNCTION = _CLAIM.format(column="function", pending=int(JobState.PENDING), stored=_STORED)
+CLAIM_BY_QUEUE = _CLAIM.format(column="queue", pending=int(JobState.PENDING), stored=_STORED)
+
+#: A job by id, wherever it is (the row of a job this node holds is older than the engine's).
+FIND_SQL = f"SELECT {_STORED} FROM jobs WHERE id = %s AND owner IS DISTINCT FROM %s LIMIT 1"
+#: Jobs this node does not hold, by function and queue: (function, queue, jobs, running).
+ELSEWHERE_SQL = f"""
+SELECT function, queue, count(*), count(*) FILTER (WHERE state = {int(JobState.ACTIVE)})
+FROM jobs WHERE owner IS DISTINCT FROM %s GROUP BY function, queue
+"""
+
+#: A message for a node whose client waits on a foreground job (node channel, payload); one
+#: too large for a notification goes into `relay`, and the notification names its row.
+NOTIFY_SQL = "SELECT pg_notify(%s, %s)"
+RELAY_SQL = """
+WITH kept AS (INSERT INTO relay (payload) VALUES (%s) RETURNING id)
+SELECT pg_notify(%s, '@' || id) FROM kept
+"""
+UNRELAY_SQL = "DELETE FROM relay WHERE id = %s RETURNING payload"
+#: PostgreSQL refuses notifications of 8,000 bytes or more.
+NOTIFY_MAX = 7900
+
+Fatal = Callable[[str], None]
+
+
+class Connection:
+    """One connection of the cluster's, made when first needed and again after it broke."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def get(self) -> psycopg.AsyncConnection[Any]:
+        conn = self.conn
+        if conn is None or conn.broken or conn.closed:
+            self.conn = conn = await psycopg.AsyncConnection.connect(
+                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, prepare_threshold=0
+            )
+        return conn
+
+    async def fetch(self, statement: str, parameters: Any) -> list[tuple[Any, ...]]:
+        conn = await self.get()
+        try:
+            async with asyncio.timeout(STATEMENT_TIMEOUT):
+                cur = await conn.execute(statement, parameters)
+                return await cur.fetchall()
+        except BaseException:
+            self.drop()
+            raise
+
+    def drop(self) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.pgconn.finish()
+
+
+class ClusterNode:
+    """This node's part in the cluster: attach it to the engine, `start()` it on the loop."""
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        engine: Engine,
+        *,
+        poll: float = POLL,
+        on_fatal: Fatal | None = None,
+    ) -> None:
+        self.store = store
+        self.engine = engine
+        self.node = store.node
+        self.poll = poll
+        self.on_fatal = on_fatal
+        #: Other live nodes, as of the last heartbeat; 0: alone, every job stays here.
+        self.peers = 0
+        self.claimed = 0  # jobs claimed from the shared queue, for tests and metrics
+        self.released = 0  # jobs written to the shared queue
+        self.requeued = 0  # jobs of dead nodes this node gave back to the shared queue
+        self._beat = Connection(store.dsn)
+        self._claims = Connection(store.dsn)
+        self._reads = Connection(store.dsn)  # status queries
+        self._listen: psycopg.AsyncConnection[Any] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._beat_now = asyncio.Event()
+        # What to claim for: functions whose workers wait; queues fetched short, until when.
+        self._functions: set[str] = set()
+        # Workers that asked and found nothing (a grab without sleeping), by function.
+        self._asked: dict[str, set[str]] = {}
+        self._queues: dict[str, tuple[int, float]] = {}
+        # Claims that found less than they asked for (the shared queue had no more): no claim
+        # for them again before a notification or a poll.
+        self._dry: set[str] = set()
+        self._notes = 0  # notifications heard: a claim that raced one is not dry
+        self._pass: asyncio.Task[None] | None = None
+        self._again = False
+        # Foreground jobs of this node's clients that another node runs, by id; and the
+        # messages about them, in the order they came.
+        self._waits: dict[str, Job] = {}
+        self._inbox: asyncio.Queue[str] = asyncio.Queue()
+        # Messages to the nodes whose clients wait on jobs run here: (channel, payload).
+        self._outbox: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self._relay = Connection(store.dsn)
+        #: This node's own channel: news of its clients' foreground jobs run elsewhere.
+        self.node_channel = node_channel(store.channel, self.node)
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ wiring
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        engine = self.engine
+        engine.on_idle_worker = self._idle_worker
+        engine.on_short_fetch = self._short_fetch
+        self.store.releases = self._releases
+        self.store.keys_low = self._keys_low
+        self.store.on_abandon.append(self._abandon)
+        self._tasks = [
+            self._loop.create_task(self._heartbeats()),
+            self._loop.create_task(self._listener()),
+            self._loop.create_task(self._polls()),
+            self._loop.create_task(self._deliver_inbox()),
+            self._loop.create_task(self._send_outbox()),
+        ]
+        log.info("cluster: node %d (%s)", self.node, self.store.address)
+
+    async def close(self) -> None:
+        """Stop claiming and listening; what other nodes' clients are still to hear of jobs
+        run here goes first (for a few seconds at most)."""
+        self._closed = True
+        self.engine.on_idle_worker = None
+        self.engine.on_short_fetch = None
+        if self._observed in self.engine.observers:
+            self.engine.observers.remove(self._observed)
+        self.store.releases = None
+        self.store.keys_low = None
+        deadline = time.monotonic() + CLOSE_WAIT
+        while not self._outbox.empty() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        tasks = [*self._tasks, *([self._pass] if self._pass is not None else [])]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self._abandon()
+
+    def _abandon(self) -> None:
+        self._closed = True
+        self._beat.drop()
+        self._claims.drop()
+        self._reads.drop()
+        self._relay.drop()
+        listen, self._listen = self._listen, None
+        if listen is not None:
+            listen.pgconn.finish()
+
+    def _fatal(self, reason: str) -> None:
+        log.critical("cluster: %s", reason)
+        self._closed = True
+        self.store.releases = None
+        if self.on_fatal is not None:
+            self.on_fatal(reason)
+
+    # ------------------------------------------------------------------ foreground jobs
+
+    async def _send_outbox(self) -> None:
+        """Tell the nodes whose clients wait, in order; a message that cannot be sent is
+        logged and dropped (its client's node may be gone)."""
+        while True:
+            channel, payload = await self._outbox.get()
+            try:
+                if len(payload.encode()) < NOTIFY_MAX:
+                    await self._relay.fetch(NOTIFY_SQL, (channel, payload))
+                else:
+                    await self._relay.fetch(RELAY_SQL, (payload, channel))
+            except Exception as exc:
+                log.warning("cluster: could not tell %s of a job: %s", channel, _reason(exc))
+
+    async def _deliver_inbox(self) -> None:
+        """News of this node's clients' jobs run elsewhere, in the order it came."""
+        while True:
+            payload = await self._inbox.get()
+            try:
+                if payload.startswith("@"):  # too large for a notification: in `relay`
+                    rows = await self._reads.fetch(UNRELAY_SQL, (int(payload[1:]),))
+                    if not rows:
+                        continue
+                    payload = str(rows[0][0])
+                self._deliver(json.loads(payload))
+            except Exception:
+                log.exception("cluster: a message about a foreground job was lost")
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        job = self._waits.get(message["j"])
+        if job is None:
+            return
+        kind = message["e"]
+        subscribers = list(job.subscribers or ())
+        if kind == "p":
+            job.progress = (message["d"], message["t"])
+            for subscriber in subscribers:
+                subscriber.job_progress(job, message["d"], message["t"])
+        elif kind == "o":
+            data = _bytes(message["b"]) or b""
+            for subscriber in subscribers:
+                subscriber.job_output(job, Output(message["k"]), data)
+        elif kind == "f":
+            del self._waits[job.id]
+            state = JobState(message["s"])
+            result, error = _bytes(message["r"]), _bytes(message["x"])
+            job.state = state
+            job.result = result
+            job.subscribers = None
+            for subscriber in subscribers:
+                subscriber.job_finished(job, state, result, error)
+
+    # ------------------------------------------------------------------ status (ClusterView)
+
+    async def find_job(self, job_id: str) -> Job | None:
+        rows = await self._reads.fetch(FIND_SQL, (job_id, self.node))
+        return detached_job(StoredJob(*rows[0])) if rows else None
+
+    async def elsewhere(self) -> Counts:
+        rows = await self._reads.fetch(ELSEWHERE_SQL, (self.node,))
+        return {
+            (function, queue): (int(jobs), int(running)) for function, queue, jobs, running in rows
+        }
+
+    # ------------------------------------------------------------------ leases
+
+    async def _heartbeats(self) -> None:
+        lease = self.store.lease
+        renewed = time.monotonic()  # the lease runs until `renewed + lease` at least
+        while not self._closed:
+            sent = time.monotonic()
+            try:
+                await self._heartbeat(lease)
+                renewed = sent
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._closed:
+                    return
+                if time.monotonic() - renewed >= lease:
+                    self._fatal(f"node {self.node} could not renew its lease ({_reason(exc)})")
+                    return
+                log.warning("cluster: heartbeat failed: %s", _reason(exc))
+            if self._closed:
+                return
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(lease / 3):
+                    await self._beat_now.wait()
+            self._beat_now.clear()
+
+    async def _heartbeat(self, lease: float) -> None:
+        rows = await self._beat.fetch(HEARTBEAT_SQL, (lease, self.node, self.node, self.node))
+        if not rows:
+            self._fatal(
+                f"node {self.node} was declared dead by the cluster (its lease ran out) and its"
+                " jobs requeued: stopping so that none runs twice"
+            )
+            return
+        peers = int(rows[0][0])
+        if peers != self.peers:
+            log.info("cluster: %d nodes", peers + 1)
+            self.peers = peers
+            observers = self.engine.observers
+            if peers and self._observed not in observers:
+                observers.append(self._observed)  # to offer foreground jobs to the others
+            elif not peers and self._observed in observers:
+                observers.remove(self._observed)
+        dead, requeued, _ = (await self._beat.fetch(REAP_SQL, (self.node, self.store.channel)))[0]
+        if dead:
+            self.requeued += int(requeued)
+            log.warning(
+                "cluster: %d node(s) found dead, %d of their jobs back in the shared queue",
+                dead,
+                requeued,
+            )
+        if self.store.keys_left < KEY_BLOCK // 2:
+            await self._take_keys()
+
+    def _keys_low(self) -> None:
+        if not self._closed and self._loop is not None:
+            self._loop.create_task(self._take_keys())
+
+    async def _take_keys(self) -> None:
+        """The next block of row keys, before the store needs it (else it takes it itself,
+        waiting for the round trip)."""
+        store = self.store
+        if store.spare_keys is not None:
+            return
+        try:
+            first = int((await self._claims.fetch("SELECT nextval('job_keys')", ()))[0][0])
+        except Exception as exc:
+            log.warning("cluster: could not take row keys ahead: %s", _reason(exc))
+            return
+        if store.spare_keys is None:
+            store.spare_keys = (first, first + KEY_BLOCK - 1)
+
+    # ------------------------------------------------------------------ wake-ups
+
+    async def _listener(self) -> None:
+        delay = RECONNECT_MIN
+        channel = sql.SQL("LISTEN {}; LISTEN {}").format(
+            sql.Identifier(self.store.channel), sql.Identifier(self.node_channel)
+        )
+        while not self._closed:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.store.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT
+                )
+                self._listen = conn
+                await conn.execute(channel)
+                delay = RECONNECT_MIN
+                self._want_everything()  # what was notified while not listening
+                async for note in conn.notifies():
+                    if note.channel == self.node_channel:
+                        self._inbox.put_nowait(note.payload)
+                    else:
+                        self._heard(note.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self._closed:
+                    return
+                log.warning("cluster: listening failed, again in %.2fs: %s", delay, _reason(exc))
+                listen, self._listen = self._listen, None
+                if listen is not None:
+                    listen.pgconn.finish()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX)
+
+    def _heard(self, payload: str) -> None:
+        self._notes += 1
+        function, separator, queue = payload.partition("\x1f")
+        if not separator:  # "nodes": one came or went
+            self._beat_now.set()
+            return
+        self._dry.discard("f" + function)
+        self._dry.discard("q" + queue)
+        fn = self.engine.functions.get(function)
+        if fn is not None and fn.waiters:
+            self._functions.add(function)
+            self._want()
+        if queue in self._queues:
+            self._want()
+
+    async def _polls(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.poll)
+            self._want_everything()
+
+    def _want_everything(self) -> None:
+        self._dry.clear()
+        for name, fn in self.engine.functions.items():
+            if fn.waiters:
+                self._functions.add(name)
+        self._want()
+
+    # ------------------------------------------------------------------ engine hooks
+
+    def _idle_worker(self, worker: WorkerSession) -> None:
+        if self._closed:
+            return
+        wanted = False
+        asking = not worker.waiting  # a grab that found nothing, not a worker going to sleep
+        for name in worker.abilities:
+            if "f" + name not in self._dry:
+                self._functions.add(name)
+                if asking:
+                    self._asked.setdefault(name, set()).add(worker.id)
+                wanted = True
+        if wanted:
+            self._want()
+
+    def _short_fetch(self, queues: Sequence[str], missing: int) -> None:
+        if self._closed:
+            return
+        until = time.monotonic() + FETCH_INTEREST
+        wanted = False
+        for queue in queues:
+            self._queues[queue] = (missing, until)
+            if "q" + queue not in self._dry:
+                wanted = True
+        if wanted:
+            self._want()
+
+    def _releases(self, job: Job) -> bool:
+        """At the end of the turn that created `job`: write it to the shared queue (and let
+        it leave this engine) when other nodes run and no local worker is free for it."""
+        if not self.peers or job.background == bool(job.subscribers):
+            return False  # alone; or a background job a client waits on, or an orphan
+        fn = self.engine.functions.get(job.function)
+        if fn is not None and len(fn.workers) - fn.running >= fn.available:
+            return False  # a worker here is free for it
+        interest = self._queues.get(job.queue)
+        if interest is not None and interest[1] > time.monotonic():
+            return False  # fetched here lately
+        if not self.engine.release(job):
+            return False
+        self.released += 1
+        if not job.background:  # its client waits here: the node that runs it will say
+            job.state = JobState.PENDING  # neither queued nor running here (a cancel is a no-op)
+            self._waits[job.id] = job
+        return True
+
+    def _observed(self, event: str, job: Job) -> None:
+        """A new foreground job goes to the store with this turn's batch, which decides at
+        its end whether to offer it to the other nodes (`_releases`) or to keep it unstored."""
+        if event == "job.enqueued" and not job.background and job.subscribers:
+            self.store.job_saved(job)
+
+    # ------------------------------------------------------------------ claims
+
+    def _want(self) -> None:
+        if self._closed:
+            return
+        if self._pass is not None and not self._pass.done():
+            self._again = True
+            return
+        assert self._loop is not None
+        self._pass = self._loop.create_task(self._claim_pass())
+
+    async def _claim_pass(self) -> None:
+        try:
+            while not self._closed:
+                self._again = False
+                functions, self._functions = self._functions, set()
+                asked, self._asked = self._asked, {}
+                for name in functions:
+                    fn = self.engine.functions.get(name)
+                    if fn is not None:
+                        idle = len(fn.waiters) + len(asked.get(name, ())) - fn.available
+                        await self._claim(CLAIM_BY_FUNCTION, "f" + name, name, idle)
+                now = time.monotonic()
+                for queue, (missing, until) in list(self._queues.items()):
+                    if until <= now:
+                        del self._queues[queue]
+                        continue
+                    info = self.engine.queues.get(queue)
+                    queued = info.available if info is not None else 0
+                    await self._claim(CLAIM_BY_QUEUE, "q" + queue, queue, missing - queued)
+                if not self._again:
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("cluster: claiming failed: %s", _reason(exc))
+
+    async def _claim(self, statement: str, key: str, name: str, wanted: int) -> None:
+        if wanted <= 0 or key in self._dry:
+            return
+        limit = min(wanted, CLAIM_MAX)
+        parameters = {"node": self.node, "name": name, "now": time.time(), "limit": limit}
+        notes = self._notes
+        rows = await self._claims.fetch(statement, parameters)
+        if len(rows) < limit and notes == self._notes:
+            self._dry.add(key)  # nothing more is waiting: look again when told
+        if rows:
+            self.load(rows)
+
+    def load(self, rows: list[tuple[Any, ...]]) -> None:
+        """Claimed rows into the engine, best first, through replay; a foreground job's
+        client, waiting on another node, hears of it through that node."""
+        clients = {row[-2]: row[-1] for row in rows if row[-1] is not None}  # seq -> node
+        jobs = [StoredJob(*row[:-1]) for row in rows]
+        jobs.sort(key=lambda job: (-job.priority, job.created_at, job.row))
+        for job in jobs:
+            job.payload = bytes(job.payload)
+            if job.ext is not None:
+                job.ext = bytes(job.ext)
+        fresh = [job for job in jobs if self.engine.jobs.get(job.id) is None]
+        self.claimed += self.engine.replay(fresh)
+        for stored in fresh:
+            client = clients.get(stored.row)
+            claimed = self.engine.jobs.get(stored.id)
+            if client is not None and claimed is not None:
+                remote = RemoteClient(self._outbox, node_channel(self.store.channel, client))
+                self.engine.subscribe(claimed, remote)
+
+
+def detached_job(row: StoredJob) -> Job:
+    """A job record of a stored row, for status replies only (no engine holds it)."""
+    job = Job(
+        row.id,
+        row.function,
+        bytes(row.payload),
+        row.queue,
+        row.unique,
+        row.priority,
+        True,
+        row.created_at,
+    )
+    job.state = JobState(row.state)
+    job.attempts = row.attempts
+    job.max_attempts = row.max_attempts
+    job.run_at = row.run_at
+    job.reducer = row.reducer
+    if row.ext is not None:
+        job.ext = decode_ext(bytes(row.ext))
+    return job
+
+
+def node_channel(channel: str, node: int) -> str:
+    return f"{channel}.n{node}"
+
+
+def _text(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def _bytes(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+class RemoteClient:
+    """A `Subscriber` for a foreground job claimed here whose client waits on another node:
+    what the engine tells it goes to that node, in order."""
+
+    def __init__(self, outbox: asyncio.Queue[tuple[str, str]], channel: str) -> None:
+        self.outbox = outbox
+        self.channel = channel
+
+    def _send(self, message: dict[str, Any]) -> None:
+        self.outbox.put_nowait((self.channel, json.dumps(message, separators=(",", ":"))))
+
+    def job_progress(self, job: Job, done: int, total: int) -> None:
+        self._send({"j": job.id, "e": "p", "d": done, "t": total})
+
+    def job_output(self, job: Job, kind: Output, data: bytes) -> None:
+        self._send({"j": job.id, "e": "o", "k": int(kind), "b": _text(data)})
+
+    def job_finished(
+        self, job: Job, state: JobState, result: bytes | None, error: bytes | None
+    ) -> None:
+        self._send({"j": job.id, "e": "f", "s": int(state), "r": _text(result), "x": _text(error)})

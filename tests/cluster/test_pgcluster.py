@@ -1,0 +1,272 @@
+"""Several `jobwire serve` nodes on one PostgreSQL schema: one cluster (store/pgcluster.py).
+
+Real server processes on the local PostgreSQL, each test in a schema of its own (tests/pg.py).
+Every wait polls for a condition up to a generous deadline; the fallback poll is set to 60 s,
+so a job that moves between nodes well before that moved on a notification, not the poll.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.interop.gearman_raw import DEADLINE, Cmd, GearmanSocket, wait_until
+from tests.interop.gearman_raw import status as status_of
+from tests.ojs.dsl import Runner
+from tests.pg import Schema, new_schema
+from tests.servers import ServerProcess, start_jobwire
+
+pytestmark = pytest.mark.interop
+
+#: Far longer than any wait below: a test that passes did not wait for the poll.
+POLL = "60"
+
+
+@pytest.fixture
+def schema() -> Iterator[Schema]:
+    with new_schema() as made:
+        yield made
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[ServerProcess]]:
+    started: list[ServerProcess] = []
+    yield started
+    for server in started:
+        if server.proc.poll() is None:
+            os.kill(server.proc.pid, signal.SIGCONT)  # a test may have stopped it
+        server.kill()
+
+
+def start_node(
+    nodes: list[ServerProcess], schema: Schema, *args: str, http: bool = False
+) -> ServerProcess:
+    options = ("--verbose", "INFO", "--cluster-poll", POLL, *args)
+    server = start_jobwire(options, store=schema.dsn, http=http)
+    nodes.append(server)
+    return server
+
+
+def start_cluster(
+    nodes: list[ServerProcess], schema: Schema, *args: str, http: bool = False
+) -> tuple[ServerProcess, ServerProcess]:
+    """Two nodes, each of which knows of the other (it only shares work then)."""
+    first = start_node(nodes, schema, *args, http=http)
+    second = start_node(nodes, schema, *args, http=http)
+    for node in (first, second):
+        wait_until(lambda node=node: "cluster: 2 nodes" in node.log() or None, "nodes meet")
+    return first, second
+
+
+def sleeping_worker(node: ServerProcess, function: str) -> GearmanSocket:
+    """A worker that has asked for work, found none and sleeps (PRE_SLEEP)."""
+    worker = GearmanSocket(node)
+    worker.send(Cmd.CAN_DO, function)
+    assert worker.grab().type == Cmd.NO_JOB
+    worker.send(Cmd.PRE_SLEEP)
+    return worker
+
+
+def wake_and_grab(worker: GearmanSocket) -> tuple[str, bytes]:
+    """Wait for the NOOP, then grab: (handle, payload)."""
+    assert worker.expect(Cmd.NOOP)
+    assigned = worker.grab()
+    assert assigned.type == Cmd.JOB_ASSIGN_UNIQ, assigned
+    handle, _function, _unique, payload = assigned.args
+    return handle.decode(), payload
+
+
+def test_a_job_submitted_on_one_node_wakes_a_sleeping_worker_on_another(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_cluster(nodes, schema)
+    with sleeping_worker(second, "shared") as worker, GearmanSocket(first) as client:
+        started = time.monotonic()
+        handle = client.submit_bg("shared", "from the first node")
+        assert wake_and_grab(worker) == (handle, b"from the first node")
+        assert time.monotonic() - started < float(POLL) / 2  # notified, not polled
+        worker.send(Cmd.WORK_COMPLETE, handle, "done")
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "gone")
+    assert "claiming failed" not in second.log()
+
+
+def test_a_job_pushed_over_ojs_on_one_node_is_fetched_on_another(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_cluster(nodes, schema, http=True)
+    pusher = Runner(f"http://127.0.0.1:{first.http_port}")
+    fetcher = Runner(f"http://127.0.0.1:{second.http_port}")
+    pushed = pusher.request(
+        "POST", "/ojs/v1/jobs", {"type": "report", "args": [7], "options": {"queue": "q1"}}
+    )
+    assert pushed.status == 201, pushed.raw
+    job_id = pushed.body["job"]["id"]
+
+    def fetched() -> dict[str, object] | None:
+        reply = fetcher.request("POST", "/ojs/v1/jobs/fetch", {"queues": ["q1"], "count": 1})
+        assert reply.status == 200, reply.raw
+        jobs = reply.body["jobs"]
+        return jobs[0] if jobs else None
+
+    job = wait_until(fetched, "the job fetched on the second node")
+    assert (job["id"], job["args"], job["attempt"]) == (job_id, [7], 1)
+    acked = fetcher.request("POST", f"/ojs/v1/jobs/{job_id}/ack", {"result": {"ok": 1}})
+    assert acked.status == 200, acked.raw
+
+
+def test_a_killed_node_s_running_jobs_run_again_elsewhere_once_with_the_attempt_counted(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    doomed, survivor = start_cluster(nodes, schema, "--node-lease", "2")
+    holders = [GearmanSocket(doomed) for _ in range(3)]
+    for holder in holders:
+        holder.send(Cmd.CAN_DO, "fragile")
+    handles: set[str] = set()
+    with GearmanSocket(doomed) as client:
+        for i in range(3):
+            handles.add(client.submit_bg("fragile", f"job {i}"))
+    held = set()
+    for holder in holders:  # each runs one: a free worker, so the node kept every job
+        assigned = holder.grab()
+        assert assigned.type == Cmd.JOB_ASSIGN_UNIQ, assigned
+        held.add(assigned.args[0].decode())
+    assert held == handles
+
+    def running_on_doomed() -> bool | None:
+        rows = schema.rows("SELECT state, attempts, owner IS NOT NULL FROM {schema}.jobs")
+        return rows == [(4, 1, True)] * 3 or None  # ACTIVE, one attempt, owned
+
+    wait_until(running_on_doomed, "the leases stored")
+    workers = [sleeping_worker(survivor, "fragile") for _ in range(3)]
+    doomed.kill()  # SIGKILL
+    for holder in holders:
+        holder.close()
+    ran: list[str] = []
+    for worker in workers:
+        handle, _payload = wake_and_grab(worker)
+        ran.append(handle)
+    assert sorted(ran) == sorted(handles)  # each once
+
+    def attempts() -> list[tuple[object, ...]] | None:
+        rows = schema.rows("SELECT attempts FROM {schema}.jobs")
+        return rows if rows == [(2,)] * 3 else None
+
+    wait_until(attempts, "the second attempts stored")
+    for worker, handle in zip(workers, ran, strict=True):
+        worker.send(Cmd.WORK_COMPLETE, handle, "ok")
+        assert worker.grab().type == Cmd.NO_JOB  # nothing else to run: none twice
+        worker.close()
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "gone")
+    assert "found dead" in survivor.log()
+
+
+def test_a_node_declared_dead_stops_and_writes_nothing_over_the_requeued_job(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    frozen, survivor = start_cluster(nodes, schema, "--node-lease", "2")
+    holder = GearmanSocket(frozen)
+    holder.send(Cmd.CAN_DO, "once")
+    with GearmanSocket(frozen) as client:
+        handle = client.submit_bg("once", "payload")
+    assert holder.grab().args[0].decode() == handle
+    wait_until(
+        lambda: schema.rows("SELECT state FROM {schema}.jobs") == [(4,)] or None, "lease stored"
+    )
+    worker = sleeping_worker(survivor, "once")
+    os.kill(frozen.proc.pid, signal.SIGSTOP)  # alive but silent: its lease runs out
+    try:
+        assert wake_and_grab(worker)[0] == handle
+    finally:
+        os.kill(frozen.proc.pid, signal.SIGCONT)
+    holder.send(Cmd.WORK_COMPLETE, handle, "late")  # the old holder finishes: must not count
+
+    def exited() -> int | None:
+        return frozen.proc.poll()
+
+    assert wait_until(exited, "the node declared dead stops", DEADLINE) != 0
+    assert "declared dead" in frozen.log()
+    survivor_node = schema.rows("SELECT owner FROM {schema}.jobs")
+    assert len(survivor_node) == 1 and survivor_node[0][0] is not None  # still the survivor's
+    worker.send(Cmd.WORK_COMPLETE, handle, "ok")
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "gone")
+    holder.close()
+    worker.close()
+
+
+def test_status_views_answer_for_jobs_another_node_or_no_node_holds(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_cluster(nodes, schema, http=True)
+    holder = GearmanSocket(first)
+    holder.send(Cmd.CAN_DO, "viewed")
+    with GearmanSocket(first) as client:
+        running = client.submit_bg("viewed", "held by the first node")
+        assert holder.grab().args[0].decode() == running
+        queued = client.submit_bg("viewed", "no worker is free: the shared queue")
+
+    def stored() -> bool | None:
+        rows = schema.rows("SELECT state, owner IS NULL FROM {schema}.jobs ORDER BY seq")
+        return rows == [(4, False), (3, True)] or None
+
+    wait_until(stored, "one job running on the first node, one in the shared queue")
+    with GearmanSocket(second) as other:
+        for handle, expected in ((running, (b"1", b"1")), (queued, (b"1", b"0"))):
+            status = other.request(Cmd.GET_STATUS, handle, reply=Cmd.STATUS_RES)
+            assert status.args[:3] == (handle.encode(), *expected)
+        unknown = other.request(Cmd.GET_STATUS, "H:nowhere:1", reply=Cmd.STATUS_RES)
+        assert unknown.args[1:3] == (b"0", b"0")
+    assert status_of(second)["viewed"][:2] == (2, 1)  # gearadmin --status: every node's jobs
+    api = Runner(f"http://127.0.0.1:{second.http_port}")
+    job = api.request("GET", f"/ojs/v1/jobs/{running}")
+    assert job.status == 200, job.raw
+    assert (job.body["job"]["id"], job.body["job"]["state"]) == (running, "active")
+    queues = api.request("GET", "/ojs/v1/queues").body["queues"]
+    assert {queue["name"]: queue["available"] for queue in queues}["viewed"] == 1
+    holder.send(Cmd.WORK_COMPLETE, running, "done")
+    holder.close()
+
+
+def test_a_foreground_client_on_one_node_hears_its_job_run_on_another(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_cluster(nodes, schema)
+    big = bytes(range(256)) * 80  # 20 kB: too large for a notification, sent through a row
+    with sleeping_worker(second, "remote-fg") as worker, GearmanSocket(first) as client:
+        handle = client.submit_fg("remote-fg", "question")
+        assert wake_and_grab(worker) == (handle, b"question")
+        worker.send(Cmd.WORK_STATUS, handle, "1", "2")
+        worker.send(Cmd.WORK_DATA, handle, "part")
+        worker.send(Cmd.WORK_COMPLETE, handle, big)
+        assert client.expect(Cmd.WORK_STATUS).args == (handle.encode(), b"1", b"2")
+        assert client.expect(Cmd.WORK_DATA).args == (handle.encode(), b"part")
+        assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), big)
+        failing = client.submit_fg("remote-fg", "doomed")
+        worker.send(Cmd.PRE_SLEEP)
+        assert wake_and_grab(worker) == (failing, b"doomed")
+        worker.send(Cmd.WORK_FAIL, failing)
+        assert client.expect(Cmd.WORK_FAIL).args == (failing.encode(),)
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.relay") == [(0,)] or None, "read")
+
+
+def test_a_node_that_stops_hands_its_queued_jobs_to_the_others(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    leaving = start_node(nodes, schema)
+    with GearmanSocket(leaving) as client:  # alone: it keeps every job
+        handles = {client.submit_bg("handed", f"job {i}") for i in range(3)}
+    assert schema.rows("SELECT count(*) FROM {schema}.jobs WHERE owner IS NULL") == [(0,)]
+    staying = start_node(nodes, schema)
+    worker = sleeping_worker(staying, "handed")
+    assert leaving.stop() == 0  # SIGTERM: a clean stop
+    ran = set()
+    for _ in handles:
+        handle, _payload = wake_and_grab(worker)
+        ran.add(handle)
+        worker.send(Cmd.WORK_COMPLETE, handle, "ok")
+        worker.send(Cmd.PRE_SLEEP)
+    assert ran == handles
+    worker.close()
