@@ -88,11 +88,30 @@ def parse_push(body: Any, prefix: str = "$", *, template: bool = False) -> PushR
 
 
 class _PlainEnvelope(Envelope, kw_only=True, forbid_unknown_fields=True):
-    """An envelope without attributes jobwire does not know (decoded straight from bytes)."""
+    """An envelope without attributes jobwire does not know (decoded straight from bytes).
+    Its names are checked against the names seen before (`_known`), not a regex each time."""
+
+    type: str
+    queue: str | None = None
 
 
 _PLAIN = msgspec.json.Decoder(_PlainEnvelope, dec_hook=_dec_hook)
 _NO_FIELDS: dict[str, Any] = {}
+#: Job type and queue names found valid so far: a server sees the same few again and again.
+_TYPES: set[str] = set()
+_QUEUES: set[str] = set()
+_KNOWN_NAMES = 4096  # each set is emptied when it holds this many
+
+
+def _known(name: str, seen: set[str], pattern: re.Pattern[str]) -> bool:
+    if name in seen:
+        return True
+    if len(name) > MAX_NAME or not pattern.match(name):
+        return False
+    if len(seen) >= _KNOWN_NAMES:
+        seen.clear()
+    seen.add(name)
+    return True
 
 
 def parse_plain_push(raw: bytes) -> PushRequest | None:
@@ -104,7 +123,9 @@ def parse_plain_push(raw: bytes) -> PushRequest | None:
         env = _PLAIN.decode(raw)
     except msgspec.DecodeError:  # ValidationError too: the full path names the field
         return None
-    if env.options is not None:
+    if env.options is not None or not _known(env.type, _TYPES, TYPE_RE):
+        return None
+    if env.queue is not None and not _known(env.queue, _QUEUES, QUEUE_RE):
         return None
     return push_request(env, _NO_FIELDS)
 
