@@ -45,3 +45,45 @@ def test_bodies_nested_too_deep_are_refused_and_create_nothing(tmp_path: Path) -
     finally:
         assert server.stop() == 0
     assert "Traceback" not in server.log()
+
+
+def test_plain_pushes_are_refused_and_shown_as_any_other(tmp_path: Path) -> None:
+    """The usual body (no options) is decoded and checked a shorter way; bad ones are refused
+    with the same words as by the full way, and good ones are shown the same."""
+    server = start_jobwire((), store="memory", workdir=tmp_path, http=True)
+    http = Runner(f"http://127.0.0.1:{server.http_port}")
+    try:
+        lone = "\ud800"  # a lone surrogate: JSON text can carry it, UTF-8 cannot
+        refused = [
+            ({"type": "t", "args": [lone]}, "invalid_payload", "malformed JSON: "),
+            ({"type": "t", "args": [1], "meta": {"m": lone}}, "invalid_payload", "malformed"),
+            ({"type": "t", "args": [1], "tags": [lone]}, "invalid_payload", "malformed JSON: "),
+            ({"type": "T", "args": [1]}, "invalid_request", "Expected `str` matching regex"),
+            ({"type": "t", "args": 1}, "invalid_request", "Expected `array`, got `int`"),
+            ({"type": "t", "args": [2**64]}, "invalid_request", "integers must lie in"),
+        ]
+        for body, code, words in refused:
+            for extra in ({}, {"options": {}}):  # the short way, then the full way
+                response = http.request("POST", "/ojs/v1/jobs", body | extra)
+                assert response.status == 400, response.raw
+                error = response.body["error"]
+                assert error["code"] == code, error
+                assert error["message"].startswith(words), error
+        listed = http.request("POST", "/ojs/v1/workers/fetch", {"queues": ["default", "q"]})
+        assert listed.body["jobs"] == []
+        # Beside them, plain and full bodies alike are accepted and shown the same way.
+        plain = {"type": "t", "args": [1, "a", {"b": None}], "meta": {"k": 1}, "tags": ["x"]}
+        full = {**plain, "options": {"queue": "default"}, "x-extra": 2}
+        shown = []
+        for body in (plain, full):
+            response = http.request("POST", "/ojs/v1/jobs", body)
+            assert response.status == 201, response.raw
+            job = response.body["job"]
+            shown.append({k: v for k, v in job.items() if k not in ("id", "x-extra")})
+            assert response.headers["location"] == f"/ojs/v1/jobs/{job['id']}"
+        assert shown[0] == {k: v for k, v in shown[1].items() if "_at" not in k} | {
+            k: v for k, v in shown[0].items() if "_at" in k
+        }
+    finally:
+        assert server.stop() == 0
+    assert "Traceback" not in server.log()

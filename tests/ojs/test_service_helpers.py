@@ -73,3 +73,38 @@ def test_rate_limit_window() -> None:
     assert limits.allowance("q", 1.0) == 2
     limits.set("q", None)
     assert limits.allowance("q", 1.0) is None
+
+
+def test_event_snapshots_encode_each_event_once_and_hold_the_ring() -> None:
+    """The event log's snapshot keeps each event's text between snapshots; what it writes is
+    always the whole ring as it is, through wrap-arounds and a reset."""
+    import asyncio
+    import json
+
+    from jobwire.engine import Engine
+    from jobwire.protocols.ojs.envelope import parse_push
+    from jobwire.server.ojs.app import OJSOptions, OJSService
+    from jobwire.server.runtime import Runtime
+
+    def whole(service: OJSService) -> list[dict[str, object]]:
+        return [
+            {"seq": e.seq, "type": e.type, "time": e.time, "subject": e.subject}
+            | {"queue": e.queue, "data": e.data}
+            for e in service.events.snapshot()
+        ]
+
+    async def run() -> None:
+        runtime = Runtime(Engine(), asyncio.get_running_loop())
+        service = OJSService(runtime, OJSOptions(event_log_size=5))
+        assert json.loads(service._events_json()) == []
+        for batch in (2, 1, 4, 9, 0, 3):
+            for n in range(batch):
+                service.submit(parse_push({"type": "t", "args": [n], "queue": "q"}))
+            assert json.loads(service._events_json()) == whole(service)
+            assert len(service._event_texts) == len(service.events) <= 5
+        service.reset()
+        assert json.loads(service._events_json()) == []
+        service.submit(parse_push({"type": "t", "args": ["after"]}))
+        assert json.loads(service._events_json()) == whole(service) != []
+
+    asyncio.run(run())

@@ -3,16 +3,17 @@ the limits, the field named in a refusal, and the OpenAPI schemas."""
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jobwire.engine import cronexpr
 from jobwire.protocols.ojs import limits
-from jobwire.protocols.ojs.envelope import parse_push
+from jobwire.protocols.ojs.envelope import parse_plain_push, parse_push
 from jobwire.protocols.ojs.errors import OJSError
 from jobwire.protocols.ojs.messages import Envelope, Fetch, convert, schemas
 from jobwire.protocols.ojs.retry import RetryPolicy
@@ -112,3 +113,47 @@ def test_convert_validates_worker_bodies() -> None:
         convert({"visibility_timeout_ms": 10**20}, Fetch)
     assert caught.value.details == {"field": "$.visibility_timeout_ms"}
     assert convert({"type": "a.b", "args": [2**64 - 1]}, Envelope).args == [2**64 - 1]
+
+
+_JSON_SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+_JSON = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+    max_leaves=8,
+)
+_REQUIRED = {
+    "type": st.sampled_from(["noop", "a.b", "noop", "a.b", "Bad", "", 1]),
+    "args": st.lists(_JSON, max_size=3) | st.lists(_JSON, max_size=3) | _JSON,
+}
+_FIELDS = {
+    "id": st.sampled_from(["019a0000-0000-7000-8000-000000000000", "nope", None]),
+    "meta": st.dictionaries(st.text(max_size=5), _JSON, max_size=2) | _JSON,
+    "queue": st.sampled_from(["bench", "Bad", "a.b-c", 3]),
+    "priority": st.integers(-200, 200) | st.floats(allow_nan=False) | st.booleans(),
+    "tags": st.lists(st.text(max_size=4), max_size=2) | _JSON,
+    "scheduled_at": st.sampled_from(["2030-01-01T00:00:00Z", "+PT5S", "soon", 5]),
+    "specversion": st.sampled_from(["1.0", "2.0"]),
+    "schema": st.text(max_size=4) | st.none(),
+    "options": st.fixed_dictionaries({}, optional={"queue": st.sampled_from(["q", "Q"])}),
+    "x-unknown": _JSON,
+}
+
+
+@settings(max_examples=400)
+@given(
+    st.fixed_dictionaries(_REQUIRED, optional=_FIELDS)
+    | st.fixed_dictionaries({}, optional=_REQUIRED | _FIELDS)
+)
+def test_the_plain_push_decoder_agrees_with_the_full_one(body: dict[str, Any]) -> None:
+    """`parse_plain_push` takes a body only when `parse_push` takes it, and to the same
+    request; it leaves every other body (None) to `parse_push`."""
+    raw = json.dumps(body).encode()
+    try:
+        full = parse_push(json.loads(raw))
+    except OJSError:
+        full = None
+    plain = parse_plain_push(raw)
+    if plain is not None:
+        assert plain == full
+    if full is not None and "options" not in body and "x-unknown" not in body:
+        assert plain == full  # the usual body does take the short way

@@ -1,10 +1,11 @@
 """How deeply a JSON document may nest: one bound for every protocol that reads JSON.
 
 orjson reads documents nested up to 1,024 levels but writes only up to 254, and the store
-keeps a job's attributes with the standard library's encoder, which the interpreter's
-recursion limit bounds. A document that can be read but not written back would be accepted
-and fail later: in the reply (after the job was created) or in the store's next frame. So
-requests are held to `MAX_DEPTH` levels as they are read, well inside both.
+keeps a job's attributes with orjson or, where orjson refuses them, the standard library's
+encoder, which the interpreter's recursion limit bounds. A document that can be read but
+not written back would be accepted and fail later: in the reply (after the job was created)
+or in the store's next frame. So requests are held to `MAX_DEPTH` levels as they are read,
+well inside both.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from jobwire.protocols.ojs.errors import OJSError
 from jobwire.protocols.ojs.limits import MAX_NAME, PRIORITY_MAX, PRIORITY_MIN
 from jobwire.protocols.ojs.messages import (
@@ -14,6 +16,7 @@ from jobwire.protocols.ojs.messages import (
     TYPE_PATTERN,
     Envelope,
     Template,
+    _dec_hook,
     convert,
 )
 from jobwire.protocols.ojs.retry import RetryPolicy, policy_of
@@ -34,6 +37,7 @@ __all__ = [
     "SPEC_VERSION",
     "PushRequest",
     "check_queue",
+    "parse_plain_push",
     "parse_push",
     "push_request",
 ]
@@ -81,6 +85,49 @@ def parse_push(body: Any, prefix: str = "$", *, template: bool = False) -> PushR
         raise OJSError("invalid_payload", "request body must be a JSON object")
     env = convert(body, Template if template else Envelope, prefix)
     return push_request(env, body)
+
+
+class _PlainEnvelope(Envelope, kw_only=True, forbid_unknown_fields=True):
+    """An envelope without attributes jobwire does not know (decoded straight from bytes).
+    Its names are checked against the names seen before (`_known`), not a regex each time."""
+
+    type: str
+    queue: str | None = None
+
+
+_PLAIN = msgspec.json.Decoder(_PlainEnvelope, dec_hook=_dec_hook)
+_NO_FIELDS: dict[str, Any] = {}
+#: Job type and queue names found valid so far: a server sees the same few again and again.
+_TYPES: set[str] = set()
+_QUEUES: set[str] = set()
+_KNOWN_NAMES = 4096  # each set is emptied when it holds this many
+
+
+def _known(name: str, seen: set[str], pattern: re.Pattern[str]) -> bool:
+    if name in seen:
+        return True
+    if len(name) > MAX_NAME or not pattern.match(name):
+        return False
+    if len(seen) >= _KNOWN_NAMES:
+        seen.clear()
+    seen.add(name)
+    return True
+
+
+def parse_plain_push(raw: bytes) -> PushRequest | None:
+    """The usual PUSH body, without `options` or unknown attributes, decoded and validated in
+    one step from its bytes; None for any other body, good or bad, which `parse_push` then
+    takes (and refuses with its own errors). The caller checks nesting depth and integer
+    range first, as for any body."""
+    try:
+        env = _PLAIN.decode(raw)
+    except msgspec.DecodeError:  # ValidationError too: the full path names the field
+        return None
+    if env.options is not None or not _known(env.type, _TYPES, TYPE_RE):
+        return None
+    if env.queue is not None and not _known(env.queue, _QUEUES, QUEUE_RE):
+        return None
+    return push_request(env, _NO_FIELDS)
 
 
 def push_request(env: Envelope, body: dict[str, Any]) -> PushRequest:

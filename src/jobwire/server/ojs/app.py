@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,6 +138,8 @@ class OJSService:
         self.options = options or OJSOptions()
         self.started = time.time()
         self.workers: dict[str, WorkerSession] = {}
+        #: `_edges` notes each read itself (`_read`), unless a CORS layer sits before it.
+        self._edges_note_read = True
         engine = self.engine
         kv = self._kv = key_value_store(runtime.store)
         self.events = EventLog(self.options.event_log_size, clock=engine.clock)
@@ -187,6 +190,8 @@ class OJSService:
         self.workflows.load()
         self._load_events()
         self._events_saved = self.events.last_seq
+        #: (sequence number, JSON text) of the events held, as the last snapshot wrote them.
+        self._event_texts: deque[tuple[int, bytes]] = deque()
         if self._kv is not None:
             now = self.engine.clock()
             self.engine.timers.add(now + EVENTS_SAVE_EVERY, self._save_events, None)
@@ -212,33 +217,43 @@ class OJSService:
         seq = self.events.last_seq
         if seq != self._events_saved:
             self._events_saved = seq
-            # Plain dicts (orjson crashes on the compiled, mypyc, Event dataclass), written
-            # with orjson (the whole ring every few seconds: with json this took 8 % of the
-            # server's CPU under a stream of OJS pushes), and with json when orjson refuses:
-            # names may hold the surrogates that stand for bytes that are not UTF-8 (Gearman
-            # function names), which json keeps and orjson does not.
-            records = [
-                {
-                    "seq": e.seq,
-                    "type": e.type,
-                    "time": e.time,
-                    "subject": e.subject,
-                    "queue": e.queue,
-                    "data": e.data,
-                }
-                for e in self.events.snapshot()
-            ]
             try:
-                try:
-                    snapshot = orjson.dumps(records, default=str)
-                except TypeError:  # surrogates (orjson.JSONEncodeError is a TypeError)
-                    snapshot = json.dumps(records, default=str).encode()
+                snapshot = self._events_json()
             except (TypeError, ValueError):
                 log.exception("the event log cannot be saved")
             else:
                 self._kv.kv_put(EVENTS_NAMESPACE, EVENTS_KEY, snapshot)
         if _when:  # from the timer: again later
             self.engine.timers.add(_when + EVENTS_SAVE_EVERY, self._save_events, None)
+
+    def _events_json(self) -> bytes:
+        """The ring as a JSON array, each event encoded once: its text is kept until it
+        leaves the ring, so a snapshot encodes only what came since the last (encoding the
+        whole ring every two seconds was 10 % of the server's CPU under a stream of OJS
+        pushes on a durable store). Plain dicts (orjson crashes on the compiled, mypyc,
+        Event dataclass), written with orjson, and with json where orjson refuses: names
+        may hold the surrogates that stand for bytes that are not UTF-8 (Gearman function
+        names), which json keeps and orjson does not."""
+        events, encoded = self.events, self._event_texts
+        first = events.last_seq - len(events) + 1  # the oldest event held
+        while encoded and encoded[0][0] < first:
+            encoded.popleft()
+        after = encoded[-1][0] if encoded else 0
+        for e in events.query(after=after, limit=len(events) + 1):
+            record = {
+                "seq": e.seq,
+                "type": e.type,
+                "time": e.time,
+                "subject": e.subject,
+                "queue": e.queue,
+                "data": e.data,
+            }
+            try:
+                text = orjson.dumps(record, default=str)
+            except TypeError:  # surrogates (orjson.JSONEncodeError is a TypeError)
+                text = json.dumps(record, default=str).encode()
+            encoded.append((e.seq, text))
+        return b"[" + b",".join(text for _, text in encoded) + b"]"
 
     def close(self) -> None:
         """At shutdown, before the store closes: keep the event log for the next start."""
@@ -262,9 +277,10 @@ class OJSService:
         from jobwire.server.ojs import workflows as workflow_routes
         from jobwire.server.ojs.openapi import openapi_document
 
-        middlewares: list[Any] = [self._note_read]
-        if self.options.cors_origins:
-            middlewares.append(Cors(self.options.cors_origins).middleware)
+        middlewares: list[Any] = []
+        if self.options.cors_origins:  # the CORS layer sits between the read and the edges
+            self._edges_note_read = False
+            middlewares += [self._note_read, Cors(self.options.cors_origins).middleware]
         middlewares.append(self._edges)
         app = web.Application(middlewares=middlewares, client_max_size=self.options.max_body)
         r = app.router
@@ -291,21 +307,29 @@ class OJSService:
     @web.middleware
     async def _note_read(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """A request read: the loop polls on a while for the next (`Runtime.note_read`).
-        The passive server of a Binary Star pair answers 503 (`Runtime.admit`)."""
-        runtime = self.runtime
-        runtime.note_read()
-        if runtime.gate is not None and not runtime.admit():
-            error = OJSError(
-                "backend_error",
-                "this server is not the active one of its pair",
-                status=503,
-                details={"binary_star": runtime.role()},
-            )
-            refused = reply(error_body(error, f"req_{uuid7()}"), 503, {"Retry-After": "1"})
-            refused.headers["OJS-Version"] = SPEC_VERSION
+        The passive server of a Binary Star pair answers 503 (`Runtime.admit`). Its own
+        layer only when CORS sits between it and the edges; otherwise `_edges` does this."""
+        refused = self._read()
+        if refused is not None:
             return refused
         response: web.StreamResponse = await handler(request)
         return response
+
+    def _read(self) -> web.Response | None:
+        """Note a request read; the 503 of a passive server, None when it may be served."""
+        runtime = self.runtime
+        runtime.note_read()
+        if runtime.gate is None or runtime.admit():
+            return None
+        error = OJSError(
+            "backend_error",
+            "this server is not the active one of its pair",
+            status=503,
+            details={"binary_star": runtime.role()},
+        )
+        refused = reply(error_body(error, f"req_{uuid7()}"), 503, {"Retry-After": "1"})
+        refused.headers["OJS-Version"] = SPEC_VERSION
+        return refused
 
     @web.middleware
     async def _edges(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -313,10 +337,15 @@ class OJSService:
         layer in a partial per request, so three layers (`ojs_middleware`, `json_only` and
         the commit barrier) cost more than the three checks.
 
-        In order: refuse a non-JSON body (415); run the handler; the commit barrier: a
-        reply that may acknowledge a change goes out once the change is durable (at once
-        when nothing was written); and every failure, a failed commit's too, becomes an OJS
-        error body, every reply gets the OJS headers."""
+        In order: note the read and refuse it on a passive server (`_read`, here unless
+        CORS is configured); refuse a non-JSON body (415); run the handler; the commit
+        barrier: a reply that may acknowledge a change goes out once the change is durable
+        (at once when nothing was written); and every failure, a failed commit's too,
+        becomes an OJS error body, every reply gets the OJS headers."""
+        if self._edges_note_read:
+            refused = self._read()
+            if refused is not None:
+                return refused
         request_id = request.headers.get("X-Request-Id") or f"req_{uuid7()}"
         try:
             refuse_non_json(request)
@@ -414,7 +443,10 @@ class OJSService:
             ext.update(extra_ext)
         self._check_depth(req.queue)
         job_id = req.id or uuid7()
-        payload = self._render_once(req, job_id, now, ext)
+        if extra_ext or req.options or req.extra or req.run_at is not None:
+            payload = self._render_once(req, job_id, now, ext)
+        else:
+            payload = self._render_plain(req, job_id, now, ext)
         try:
             job, _ = engine.submit(
                 req.type,
@@ -499,6 +531,21 @@ class OJSService:
             raise OJSError("invalid_request", message, details={"field": "$"}) from None
         return payload
 
+    @classmethod
+    def _render_plain(cls, req: PushRequest, job_id: str, now: float, ext: dict[str, Any]) -> bytes:
+        """`_render_once` for a PUSH without options, unknown attributes or a time: of what
+        the job shows, only its args, meta and tags may fail to render (the rest are ids,
+        names, small integers and the current time), and what orjson writes the standard
+        library's encoder (the store's) writes too. Any failure takes the full render, so a
+        refusal says the same as there."""
+        try:
+            payload = payload_for(req.args)
+            if req.meta is not None or req.tags is not None:
+                orjson.dumps((req.meta, req.tags))
+        except (TypeError, ValueError, OverflowError, RecursionError):
+            return cls._render_once(req, job_id, now, ext)
+        return payload
+
     def submit(self, req: PushRequest, extra_ext: dict[str, Any] | None = None) -> tuple[Job, bool]:
         return self.commit(self.prepare(req), extra_ext)
 
@@ -577,6 +624,7 @@ class OJSService:
         engine.reset()
         self.events.clear()
         self._events_saved = -1  # the saved snapshot is out of date now
+        self._event_texts.clear()
         self.dead_letter.clear()
         self.liveness.clear()
         self.rate_limits.clear()

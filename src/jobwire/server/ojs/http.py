@@ -95,8 +95,10 @@ BODY_TIMEOUT = web.AppKey("body_timeout", float)
 async def read_body(request: web.Request, up_to: int | None = None) -> bytes:
     """The request's body (its first `up_to` bytes), within the body read timeout: a client
     that sends it too slowly gets 408 and its connection is closed after the reply."""
-    timeout = request.config_dict.get(BODY_TIMEOUT, 0.0)
     read = request.read() if up_to is None else request.content.read(up_to)
+    if request.content.is_eof():  # all of it arrived with the headers: nothing to wait for
+        return await read
+    timeout = request.config_dict.get(BODY_TIMEOUT, 0.0)
     if not timeout:
         return await read
     try:
@@ -129,6 +131,14 @@ def decode_json(raw: bytes, *, required: bool = True) -> Any:
     if _LONG_RUN in raw.translate(_DIGITS):
         check_integers(body)
     return body
+
+
+def plain_json(raw: bytes) -> bool:
+    """True when `raw` cannot nest too deeply or hold an integer beyond 64 bits (so a
+    decoder may take it without the checks of `decode_json`): the usual body."""
+    return raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH and _LONG_RUN not in raw.translate(
+        _DIGITS
+    )
 
 
 def check_integers(body: Any) -> None:

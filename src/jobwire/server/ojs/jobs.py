@@ -7,11 +7,18 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from jobwire.engine.errors import IllegalTransition
-from jobwire.protocols.ojs.envelope import parse_push
+from jobwire.protocols.ojs.envelope import parse_plain_push, parse_push
 from jobwire.protocols.ojs.errors import OJSError, invalid
 from jobwire.protocols.ojs.limits import MAX_BATCH
 from jobwire.server.ojs.app import Prepared, illegal
-from jobwire.server.ojs.http import BASE, read_json, read_object, reply
+from jobwire.server.ojs.http import (
+    BASE,
+    decode_json,
+    plain_json,
+    read_body,
+    read_object,
+    reply,
+)
 from jobwire.server.ojs.render import job_json
 
 if TYPE_CHECKING:
@@ -33,7 +40,10 @@ class JobRoutes:
         self.service = service
 
     async def push(self, request: web.Request) -> web.Response:
-        req = parse_push(await read_json(request))
+        raw = await read_body(request)
+        req = parse_plain_push(raw) if plain_json(raw) else None
+        if req is None:
+            req = parse_push(decode_json(raw))
         job, created = self.service.submit(req)
         if not created:  # unique conflict with on_conflict=ignore: the existing job
             return reply({"job": job_json(job), "duplicate": True})
