@@ -59,6 +59,8 @@ def test_plain_pushes_are_refused_and_shown_as_any_other(tmp_path: Path) -> None
             ({"type": "t", "args": [1], "meta": {"m": lone}}, "invalid_payload", "malformed"),
             ({"type": "t", "args": [1], "tags": [lone]}, "invalid_payload", "malformed JSON: "),
             ({"type": "T", "args": [1]}, "invalid_request", "Expected `str` matching regex"),
+            # Python's `$` matches before a final newline; the patterns do not let it through.
+            ({"type": "t\n", "args": [1]}, "invalid_request", "Expected `str` matching regex"),
             ({"type": "t", "args": 1}, "invalid_request", "Expected `array`, got `int`"),
             ({"type": "t", "args": [2**64]}, "invalid_request", "integers must lie in"),
         ]
@@ -69,6 +71,10 @@ def test_plain_pushes_are_refused_and_shown_as_any_other(tmp_path: Path) -> None
                 error = response.body["error"]
                 assert error["code"] == code, error
                 assert error["message"].startswith(words), error
+        queue = http.request(
+            "POST", "/ojs/v1/jobs", {"type": "t", "args": [], "options": {"queue": "q\n"}}
+        )
+        assert queue.status == 400 and queue.body["error"]["code"] == "invalid_request", queue.raw
         listed = http.request("POST", "/ojs/v1/workers/fetch", {"queues": ["default", "q"]})
         assert listed.body["jobs"] == []
         # Beside them, plain and full bodies alike are accepted and shown the same way.

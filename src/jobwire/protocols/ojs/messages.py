@@ -24,9 +24,13 @@ from jobwire.protocols.ojs.times import parse_duration, parse_time
 
 T = TypeVar("T")
 
-TYPE_PATTERN: Final = r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$"
-QUEUE_PATTERN: Final = r"^[a-z0-9][a-z0-9._-]*$"
-UUID7_PATTERN: Final = r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$"
+# `$(?!\n)`: Python's `$` also matches before a final newline ("noop\n" would pass); the
+# lookahead refuses it and means nothing to the ECMA regexes of the published schemas.
+TYPE_PATTERN: Final = r"^[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*$(?!\n)"
+QUEUE_PATTERN: Final = r"^[a-z0-9][a-z0-9._-]*$(?!\n)"
+UUID7_PATTERN: Final = (
+    r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$(?!\n)"
+)
 SPEC_VERSION: Final = "1.0"
 
 
