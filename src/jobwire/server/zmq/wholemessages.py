@@ -2,9 +2,10 @@
 
 The extension is optional: setup.py builds it next to the compiled hot modules, and without
 it (a pure install, no compiler, a pyzmq whose libzmq cannot be found) the sockets keep
-pyzmq's per-frame calls. `JOBWIRE_ZMQFRAMES=0` (and `JOBWIRE_PURE=1`) choose those too, so
-both paths stay tested. It must use the libzmq that pyzmq loaded: it is given the file of
-pyzmq's compiled backend and finds libzmq's functions among that file's dependencies.
+pyzmq's per-frame calls. `JOBWIRE_ZMQFRAMES=0` (and `JOBWIRE_PURE=1`, unless
+`JOBWIRE_ZMQFRAMES=1` says otherwise) choose those too, so both paths stay tested. It must
+use the libzmq that pyzmq loaded: it is given the file of pyzmq's compiled backend and
+finds libzmq's functions among that file's dependencies.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ def _off(name: str) -> bool:
 
 def _load() -> tuple[RecvMessage, SendMessage] | None:
     global _reason
-    if _off("JOBWIRE_PURE") or os.environ.get("JOBWIRE_ZMQFRAMES", "") == "0":
+    chosen = os.environ.get("JOBWIRE_ZMQFRAMES", "")
+    if chosen == "0" or (chosen == "" and _off("JOBWIRE_PURE")):
         _reason = "turned off by the environment"
         return None
     try:
