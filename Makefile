@@ -12,7 +12,7 @@ NATIVE_SOURCES := $(shell $(PYTHON) src/jobwire/native.py)
 install: $(STAMP)
 
 # JOBWIRE_PURE=1 make install: no compiling, the pure-Python modules only.
-$(STAMP): pyproject.toml setup.py src/jobwire/native.py $(NATIVE_SOURCES)
+$(STAMP): pyproject.toml setup.py src/jobwire/native.py src/jobwire/_zmqframes.c $(NATIVE_SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

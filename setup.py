@@ -4,6 +4,10 @@
 code mypyc rejects) prints a warning and leaves a pure-Python install that works the same.
 Only a successful build writes `jobwire/native-build.txt`, the record without which
 `jobwire.native` ignores compiled extensions; every build first deletes the old one.
+
+Beside them, one hand-written C extension, `jobwire._zmqframes` (whole ZeroMQ messages per
+call, `jobwire.server.zmq.wholemessages`), needs only Python's headers; if it fails to
+build, the ZeroMQ sockets use pyzmq's per-frame calls and the rest of the build stands.
 """
 
 from __future__ import annotations
@@ -36,10 +40,23 @@ def forget_build() -> None:
         path.unlink()
 
 
+#: Hand-written C; its `.so` goes beside the mypyc ones (and `forget_build` deletes it too).
+ZMQFRAMES = Extension(
+    "jobwire._zmqframes",
+    sources=["src/jobwire/_zmqframes.c"],
+    extra_compile_args=["-O2", "-std=c11"],
+    libraries=["dl"],
+)
+
+
 def extensions() -> list[Extension]:
-    global record
     if os.environ.get("JOBWIRE_PURE", "") not in ("", "0"):
         return []
+    return [*mypyc_extensions(), ZMQFRAMES]
+
+
+def mypyc_extensions() -> list[Extension]:
+    global record
     record = native["build_record"]()  # of the sources mypyc is about to read
     try:
         from mypyc.build import mypycify
@@ -68,7 +85,22 @@ def extensions() -> list[Extension]:
 
 
 class BuildExt(build_ext):
-    """Builds the extensions, or none of them; records the sources of a good build."""
+    """Builds the mypyc extensions, or none of them; records the sources of a good build.
+    `jobwire._zmqframes` is built on its own: its failure leaves the others."""
+
+    def build_extension(self, ext: Extension) -> None:
+        if ext.name != ZMQFRAMES.name:
+            super().build_extension(ext)
+            return
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            print(
+                f"jobwire: the ZeroMQ whole-message extension did not build ({exc!r});"
+                " the ZeroMQ sockets use pyzmq's per-frame calls",
+                file=sys.stderr,
+            )
+            Path(self.get_ext_fullpath(ext.name)).unlink(missing_ok=True)
 
     def run(self) -> None:
         try:
@@ -80,7 +112,7 @@ class BuildExt(build_ext):
             return
         if self.extensions:
             for target in {Path(self.build_lib) / "jobwire", self._package_dir()}:
-                if any(target.glob("*.so")):
+                if any(target.glob("*__mypyc*.so")):
                     (target / native["BUILD_RECORD"]).write_text(record)
 
     def _package_dir(self) -> Path:

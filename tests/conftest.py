@@ -9,8 +9,10 @@ from tests.servers import ServerProcess, start_gearmand, start_jobwire
 
 
 def pytest_report_header() -> str:
-    # Server subprocesses decide the same way (JOBWIRE_PURE is inherited).
-    return f"jobwire hot path: {native.status()}"
+    # Server subprocesses decide the same way (JOBWIRE_PURE, JOBWIRE_ZMQFRAMES are inherited).
+    from jobwire.server.zmq import wholemessages
+
+    return f"jobwire hot path: {native.status()}; zeromq: {wholemessages.status()}"
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,9 +100,10 @@ def start_jobwire(
     workdir: Path | None = None,
     http: bool = False,
     zmq: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> ServerProcess:
     """`zmq`: serve ZeroMQ (Majordomo) on a free port too (`extra["zmq_port"]`); without it,
-    off, so that parallel servers do not all claim 5555."""
+    off, so that parallel servers do not all claim 5555. `env`: variables to add."""
     port = port or free_port()
     workdir = workdir or Path(tempfile.mkdtemp(prefix="jobwire-test-"))
     cmd = [sys.executable, "-m", "jobwire", "serve", "--port", str(port), "--store", store]
@@ -116,7 +117,9 @@ def start_jobwire(
     cmd += ["--zmq-port", str(zmq_port)]
     cmd += list(args)
     log = open(workdir / "server.log", "wb")  # noqa: SIM115 - owned by the process
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, cwd=workdir, env={**os.environ, **(env or {})}
+    )
     wait_for_port(port, proc)
     if http_port is not None:
         wait_for_port(http_port, proc)

@@ -46,8 +46,11 @@ _PY_LEVEL = {
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
         from jobwire import native
+        from jobwire.server.zmq import wholemessages
 
-        click.echo(f"jobwire {__version__}, hot path {native.status()}")
+        click.echo(
+            f"jobwire {__version__}, hot path {native.status()}, zeromq {wholemessages.status()}"
+        )
         ctx.exit()
 
 
@@ -662,7 +665,11 @@ def serve(
     if coredump:
         enable_coredump()
     _setup_logging(log_file, verbose, syslog)
-    logging.getLogger("jobwire").info("jobwire %s, hot path %s", __version__, native.status())
+    from jobwire.server.zmq import wholemessages
+
+    logging.getLogger("jobwire").info(
+        "jobwire %s, hot path %s, zeromq %s", __version__, native.status(), wholemessages.status()
+    )
     if threads != 4:
         logging.getLogger("jobwire").info("--threads %d ignored: one event loop", threads)
     if store.startswith("sqlite:"):

@@ -73,7 +73,7 @@ def final_body(job: Job, state: JobState, result: bytes | None, error: bytes | N
     return error_body(FAILED, text)
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True, init=False)
 class PendingRequest:
     """A client waiting for one request: the engine's `Subscriber` for its job."""
 
@@ -81,6 +81,15 @@ class PendingRequest:
     client: bytes  # the client's ROUTER identity
     version: Version
     service: bytes
+
+    # Written out: compiled, the dataclass's generated `__init__` would run interpreted.
+    def __init__(
+        self, broker: MajordomoBroker, client: bytes, version: Version, service: bytes
+    ) -> None:
+        self.broker = broker
+        self.client = client
+        self.version = version
+        self.service = service
 
     def job_progress(self, job: Job, done: int, total: int) -> None:
         if self.version is Version.V2:
