@@ -204,11 +204,11 @@ def test_db_migrate_and_status_show_the_schema_and_the_node(
     assert "version 0" in before.stdout and "jobwire db migrate" in before.stdout
     migrated = jobwire("db", "migrate", store=schema.dsn)
     assert migrated.returncode == 0, migrated.stderr
-    assert migrated.stdout.strip() == "schema version 0 -> 1"
+    assert migrated.stdout.strip() == "schema version 0 -> 2"
     again = jobwire("db", "migrate", store=schema.dsn)
-    assert again.stdout.strip() == "schema version 1: up to date"
+    assert again.stdout.strip() == "schema version 2: up to date"
     idle = json.loads(jobwire("db", "status", "--json", store=schema.dsn).stdout)
-    assert (idle["version"], idle["jobs"], idle["node_pid"]) == (1, {}, None)
+    assert (idle["version"], idle["jobs"], idle["node_pid"]) == (2, {}, None)
 
     server = start(servers, schema)
     with GearmanSocket(server) as client:

@@ -112,6 +112,7 @@ def _background_copy(source: Job | StoredJob) -> Job:
         source.priority,
         True,
         source.created_at,
+        source.origin,
     )
     job.max_attempts = source.max_attempts
     job.reducer = source.reducer
@@ -293,10 +294,12 @@ class Engine:
         lease_timeout: float | None = None,
         pending: bool = False,
         ext: dict[str, Any] | None = None,
+        origin: int = 0,
     ) -> tuple[Job, bool]:
         """Add a job, or join the live job with the same unique key.
 
-        Returns the job and whether it was created. Raises QueueFull.
+        `origin`: the `Origin` of the listener it came through. Returns the job and whether
+        it was created. Raises QueueFull.
         """
         key = self.unique_key(function, unique, payload) if unique else None
         if key is not None:
@@ -320,6 +323,7 @@ class Engine:
             priority,
             background,
             now,
+            origin,
         )
         job.max_attempts = max_attempts if max_attempts is not None else self.config.job_retries
         job.lease_timeout = lease_timeout
@@ -350,12 +354,14 @@ class Engine:
         subscriber: Subscriber | None = None,
         unique: str | None = None,
         now: float = 0.0,
+        origin: int = 0,
     ) -> tuple[Job, bool]:
         """`submit` without options other than a unique key: the hot path of every protocol.
 
         Positional arguments only, because keyword arguments cost more than the rest of
         the call. `now`: when the request arrived (the clock's time, which it reads if 0);
-        the submits of one read share it, and with it their jobs' `created_at`. Returns
+        the submits of one read share it, and with it their jobs' `created_at`. `origin`:
+        the `Origin` of the listener it came through. Returns
         the job and whether it was created. Raises QueueFull.
         """
         key = None
@@ -377,6 +383,7 @@ class Engine:
             priority,
             background,
             now or self.clock(),
+            origin,
         )
         if self.config.job_retries is not None:
             job.max_attempts = self.config.job_retries

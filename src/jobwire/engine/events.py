@@ -65,6 +65,39 @@ class Histogram:
         self.total += value
 
 
+class Tally:
+    """Job events of one queue, function and origin (`Job.origin`) since start: plain
+    integers the hot path increments. The exporter turns them into labelled series when it
+    is scraped (`EventLog.tallies`)."""
+
+    def __init__(self, queue: str, function: str, origin: int) -> None:
+        self.queue = queue
+        self.function = function
+        self.origin = origin
+        self.enqueued = 0
+        self.scheduled = 0
+        self.started = 0
+        self.retried = 0
+        self.completed = 0
+        self.failed = 0  # discarded after running
+        self.expired = 0  # discarded before it ever ran
+        self.cancelled = 0
+
+
+#: Event name -> the `Tally` field it counts (`EventLog.counts`; job.discarded is `failed`
+#: or `expired`).
+TALLY_FIELDS = {
+    "job.enqueued": "enqueued",
+    "job.scheduled": "scheduled",
+    "job.started": "started",
+    "job.retrying": "retried",
+    "job.completed": "completed",
+    "job.discarded": "failed",
+    "job.expired": "expired",
+    "job.cancelled": "cancelled",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     seq: int  # grows by one per event: a cursor for readers
@@ -105,11 +138,10 @@ class EventLog:
         self._priorities: list[int] = [0] * size
         self._workers: list[str | None] = [None] * size
         self._records: list[Event | None] = [None] * size  # None: a job event
-        #: Job events by type, queue and function since start (metrics): one increment per
-        #: event.
-        self.counts: dict[str, dict[str, dict[str, int]]] = {
-            name: {} for name in (*JOB_EVENTS, "job.expired")
-        }
+        #: Job events by queue, function and origin since start (metrics), each tally found
+        #: once per run of events of one queue, function and origin (`_tally_of`).
+        self._tallies: dict[tuple[str, str, int], Tally] = {}
+        self._last_tally = Tally("", "", -1)  # matches no job
         #: Jobs handed to a worker, by the worker's protocol.
         self.started_by_protocol: dict[str, int] = {}
         #: Seconds from submission to a worker, per attempt.
@@ -127,29 +159,44 @@ class EventLog:
 
     def observe(self, event: str, job: Job) -> None:
         """Record a job event (`Engine.event_log`; this runs for every job)."""
-        kind = event
-        if kind == "job.discarded" and not job.attempts:
-            kind = "job.expired"  # discarded before it ever ran (counted apart; logged as is)
-        per_queue = self.counts.get(kind)
-        if per_queue is not None:
-            queue = job.queue or ""
-            per_function = per_queue.get(queue)
-            if per_function is None:
-                per_function = per_queue[queue] = {}
-            function = job.function
-            per_function[function] = per_function.get(function, 0) + 1
+        tally = self._last_tally
+        # The events of a read, and of one function's traffic, share their strings: two
+        # pointer comparisons find the tally (compiled: no call, no hashing).
+        if (
+            job.function is not tally.function
+            or job.queue is not tally.queue
+            or job.origin != tally.origin
+        ):
+            tally = self._last_tally = self._tally_of(job)
+        if event == "job.enqueued":
+            tally.enqueued += 1
+        elif event == "job.started":
+            tally.started += 1
             started = job.started_at
             if started is not None:
-                if event == "job.started":
-                    self.wait_times.observe(started - job.created_at)
-                    worker = job.worker
-                    if worker is not None:
-                        by_protocol = self.started_by_protocol
-                        protocol = worker.protocol
-                        by_protocol[protocol] = by_protocol.get(protocol, 0) + 1
-                elif event != "job.enqueued" and event != "job.scheduled":
-                    finished = job.finished_at
-                    self.run_times.observe((finished or self.clock()) - started)
+                self.wait_times.observe(started - job.created_at)
+            worker = job.worker
+            if worker is not None:
+                by_protocol = self.started_by_protocol
+                protocol = worker.protocol
+                by_protocol[protocol] = by_protocol.get(protocol, 0) + 1
+        elif event == "job.completed":
+            tally.completed += 1
+            self._ran(job)
+        elif event == "job.retrying":
+            tally.retried += 1
+            self._ran(job)
+        elif event == "job.discarded":
+            if job.attempts:
+                tally.failed += 1
+                self._ran(job)
+            else:
+                tally.expired += 1  # discarded before it ever ran (counted apart)
+        elif event == "job.cancelled":
+            tally.cancelled += 1
+            self._ran(job)
+        elif event == "job.scheduled":
+            tally.scheduled += 1
         if not self.capacity:
             return
         slot = self._next
@@ -167,6 +214,36 @@ class EventLog:
         self._workers[slot] = worker.name if worker is not None and event == "job.started" else None
         self._records[slot] = None
         self._advance()
+
+    def _ran(self, job: Job) -> None:
+        started = job.started_at
+        if started is not None:
+            finished = job.finished_at
+            self.run_times.observe((finished or self.clock()) - started)
+
+    def _tally_of(self, job: Job) -> Tally:
+        queue = job.queue or ""
+        key = (queue, job.function, job.origin)
+        tally = self._tallies.get(key)
+        if tally is None:
+            tally = self._tallies[key] = Tally(queue, job.function, job.origin)
+        return tally
+
+    def tallies(self) -> list[Tally]:
+        """Every tally (scrape time)."""
+        return list(self._tallies.values())
+
+    @property
+    def counts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Job events by type, queue and function (origins added up), built when read."""
+        out: dict[str, dict[str, dict[str, int]]] = {name: {} for name in TALLY_FIELDS}
+        for tally in self._tallies.values():
+            for name, field_name in TALLY_FIELDS.items():
+                value: int = getattr(tally, field_name)
+                if value:
+                    per_function = out[name].setdefault(tally.queue, {})
+                    per_function[tally.function] = per_function.get(tally.function, 0) + value
+        return out
 
     def record(
         self, event: str, subject: str, queue: str | None, data: dict[str, Any]

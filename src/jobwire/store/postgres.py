@@ -52,7 +52,7 @@ from jobwire.store.sqlite import EARLY_BATCH_WRITES, StoreError
 
 log = logging.getLogger("jobwire.store")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Seconds between two connection attempts while PostgreSQL is away: doubling from the
 #: first to the last.
 RECONNECT_MIN = 0.05
@@ -101,11 +101,15 @@ SCHEMA_STATEMENTS = (
     )""",
 )
 #: Migrations from version N to N + 1, by N (version 0: no tables).
-MIGRATIONS: dict[int, tuple[str, ...]] = {0: SCHEMA_STATEMENTS}
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    0: SCHEMA_STATEMENTS,
+    # Version 2: the listener each job came through (`Job.origin`); older rows: 0, unknown.
+    1: ("ALTER TABLE jobs ADD COLUMN IF NOT EXISTS origin smallint NOT NULL DEFAULT 0",),
+}
 
 _COLUMNS = (
     "seq, id, function, queue, uniq, payload, priority, state, attempts, max_attempts,"
-    " run_at, created_at, reducer, ext"
+    " run_at, created_at, reducer, ext, origin"
 )
 _TYPES = [
     "bigint",
@@ -122,11 +126,12 @@ _TYPES = [
     "float8",
     "text",
     "bytea",
+    "int2",
 ]
 _UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS.split(", ")[1:])
 _ARRAYS = ", ".join(f"%b::{t}[]" for t in _TYPES)
 #: One batch, one statement, its parameters sent in binary (`%b`: a third of the client's
-#: CPU of text, bench/pg_drivers.py) (20 parameters: 14 job columns, the row keys to delete, the
+#: CPU of text, bench/pg_drivers.py) (21 parameters: 15 job columns, the row keys to delete, the
 #: key-value records to write (namespace, key, value) and to delete (namespace, key)).
 BATCH_SQL = f"""
 WITH saved AS (
@@ -142,13 +147,15 @@ WITH saved AS (
 )
 SELECT 1
 """
-_LOAD = f"SELECT {_COLUMNS.removeprefix('seq, ')}, seq FROM jobs ORDER BY seq"
+# StoredJob's field order: the row key, then the origin.
+_LOAD = f"SELECT {_COLUMNS.removeprefix('seq, ').removesuffix(', origin')}, seq, origin FROM jobs"
+_LOAD += " ORDER BY seq"
 _KV_LOAD = "SELECT key, value FROM kv WHERE namespace = %s"
 _ENGINE_NAMESPACE = "engine"
 _NUMBERS_KEY = "numbers_reserved"
 
 Callback = Callable[[bool], None]
-#: A job's row as sent: the 14 columns in `_COLUMNS` order.
+#: A job's row as sent: the 15 columns in `_COLUMNS` order.
 Row = tuple[Any, ...]
 
 

@@ -38,7 +38,7 @@ from aiohttp import web
 
 from jobwire import __version__
 from jobwire.engine.errors import EngineError, IllegalTransition, UnknownJob
-from jobwire.engine.job import Job, JobState
+from jobwire.engine.job import Job, JobState, origin_name
 from jobwire.engine.worker import WorkerState
 from jobwire.protocols.ojs.errors import OJSError
 from jobwire.protocols.ojs.times import format_time
@@ -178,14 +178,9 @@ def chart(points: dict[str, Any], width: int = 600, height: int = 160) -> dict[s
 
 
 def source_of(job: Job) -> str:
-    """The protocol a job came in by, as far as it shows: OJS jobs carry their envelope's
-    fields; Gearman and ZeroMQ jobs are submitted by function name alone."""
-    ext = job.ext or {}
-    if "enqueued_at" in ext or "options" in ext or "retry" in ext or "extra" in ext:
-        return "ojs"
-    if job.queue == job.function:
-        return "gearman / zeromq"
-    return "unknown"
+    """The protocol a job came in by: the engine records it at submission (`Job.origin`);
+    "unknown" for a job kept by a store older than that record."""
+    return origin_name(job.origin)
 
 
 def preview(value: Any) -> tuple[str, int, bool]:

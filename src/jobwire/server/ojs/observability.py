@@ -5,7 +5,7 @@ Counting on the hot path is plain integer arithmetic in objects the server alrea
 the engine records each job transition in its event log (`EventLog.observe`), which counts
 it by type, queue and function and puts the job's wait or run time in a histogram; the
 store counts its batches, log bytes and commit latency (`SQLiteStore.commit_times`); the
-OJS error middleware counts errors by code (`jobwire.server.ojs.http.ERRORS`). Nothing is
+listeners count errors by kind (`jobwire.server.errors.ERRORS`). Nothing is
 formatted until Prometheus scrapes: then a collector (`EngineCollector`) reads those
 numbers, and the engine's state (queue depth by priority, workers by protocol and state,
 connections by listener), into families of a registry of this service's own.
@@ -30,26 +30,30 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from jobwire.engine.events import Histogram
-from jobwire.engine.job import PRIORITY_HIGH, PRIORITY_LOW
+from jobwire.engine.job import PRIORITY_HIGH, PRIORITY_LOW, origin_name
 from jobwire.engine.worker import WorkerState
-from jobwire.server.ojs.http import ERRORS, reply
+from jobwire.server.errors import ERRORS
+from jobwire.server.ojs.http import reply
 
 if TYPE_CHECKING:
     from jobwire.server.ojs.app import OJSService
 
-#: Counters: metric name -> (help, the job events it sums).
+#: Counters: metric name -> (help, the `Tally` fields it sums).
 COUNTERS = {
     "jobwire_jobs_submitted": (
-        "Jobs submitted, by queue and function (every protocol)",
-        ("job.enqueued", "job.scheduled"),
+        "Jobs submitted, by queue, function and the protocol they came in by",
+        ("enqueued", "scheduled"),
     ),
-    "jobwire_jobs_started": ("Jobs handed to a worker (each attempt)", ("job.started",)),
-    "jobwire_jobs_completed": ("Jobs completed", ("job.completed",)),
-    "jobwire_jobs_failed": ("Jobs failed for good after running", ("job.discarded",)),
-    "jobwire_jobs_expired": ("Jobs discarded before they ran (expired)", ("job.expired",)),
-    "jobwire_jobs_retried": ("Failed attempts to be run again", ("job.retrying",)),
-    "jobwire_jobs_cancelled": ("Jobs cancelled", ("job.cancelled",)),
+    "jobwire_jobs_started": ("Jobs handed to a worker (each attempt)", ("started",)),
+    "jobwire_jobs_completed": ("Jobs completed", ("completed",)),
+    "jobwire_jobs_failed": ("Jobs failed for good after running", ("failed",)),
+    "jobwire_jobs_expired": ("Jobs discarded before they ran (expired)", ("expired",)),
+    "jobwire_jobs_retried": ("Failed attempts to be run again", ("retried",)),
+    "jobwire_jobs_cancelled": ("Jobs cancelled", ("cancelled",)),
 }
+#: The job counters' labels: `protocol` is the job's origin (`Job.origin`), so a job started
+#: by an OJS worker but submitted over Gearman counts as protocol="gearman".
+JOB_LABELS = ["queue", "function", "protocol"]
 
 
 #: The engine's integer priorities as the label values Gearman and OJS users know.
@@ -101,16 +105,16 @@ class EngineCollector(Collector):
 
     def _jobs(self) -> Iterator[Metric]:
         events = self.service.events
-        counts = events.counts
-        for name, (text, kinds) in COUNTERS.items():
-            family = CounterMetricFamily(name, text, labels=["queue", "function"])
-            totals: Counter[tuple[str, str]] = Counter()
-            for kind in kinds:
-                for queue, per_function in counts.get(kind, {}).items():
-                    for function, value in per_function.items():
-                        totals[queue, function] += value
-            for (queue, function), value in sorted(totals.items()):
-                family.add_metric([queue, function], value)
+        tallies = events.tallies()
+        for name, (text, fields) in COUNTERS.items():
+            family = CounterMetricFamily(name, text, labels=JOB_LABELS)
+            totals: Counter[tuple[str, str, str]] = Counter()
+            for tally in tallies:
+                value = sum(getattr(tally, field) for field in fields)
+                if value:
+                    totals[tally.queue, tally.function, origin_name(tally.origin)] += value
+            for labels, value in sorted(totals.items()):
+                family.add_metric(list(labels), value)
             yield family
         by_protocol = CounterMetricFamily(
             "jobwire_jobs_started_by_protocol",
