@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/instructions.py                 # gearmand -t1 and jobwire (memory)
     .venv/bin/python bench/instructions.py --scenario fg-serial --servers jobwire-memory
+    .venv/bin/python bench/instructions.py --servers jobwire-memory,jobwire-memory-http  # HTTP off, on
     PYTHONPATH=/tmp/old/src .venv/bin/python bench/instructions.py   # another checkout's src/
 
 callgrind counts the instructions a process executes in user space, the same for the same
@@ -33,7 +34,9 @@ from pathlib import Path
 from harness import (
     GEARMAND_T1,
     JOBWIRE_MEMORY,
+    JOBWIRE_MEMORY_HTTP,
     JOBWIRE_SQLITE,
+    JOBWIRE_SQLITE_HTTP,
     OUT,
     Processes,
     ServerSpec,
@@ -43,7 +46,16 @@ from harness import (
     run_gearbench,
 )
 
-SERVERS = {spec.name: spec for spec in (GEARMAND_T1, JOBWIRE_MEMORY, JOBWIRE_SQLITE)}
+SERVERS = {
+    spec.name: spec
+    for spec in (
+        GEARMAND_T1,
+        JOBWIRE_MEMORY,
+        JOBWIRE_SQLITE,
+        JOBWIRE_MEMORY_HTTP,
+        JOBWIRE_SQLITE_HTTP,
+    )
+}
 START_DEADLINE = 120.0  # Python under valgrind takes a while to import and listen
 
 
