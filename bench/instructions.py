@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/instructions.py                 # gearmand -t1 and jobwire (memory)
     .venv/bin/python bench/instructions.py --scenario fg-serial --servers jobwire-memory
-    .venv/bin/python bench/instructions.py --servers jobwire-memory,jobwire-memory-http  # HTTP off, on
+    .venv/bin/python bench/instructions.py --servers jobwire-memory,jobwire-memory-http  # off, on
     PYTHONPATH=/tmp/old/src .venv/bin/python bench/instructions.py   # another checkout's src/
 
 callgrind counts the instructions a process executes in user space, the same for the same
