@@ -56,7 +56,7 @@ SERVERS = {
         JOBWIRE_SQLITE_HTTP,
     )
 }
-START_DEADLINE = 120.0  # Python under valgrind takes a while to import and listen
+START_DEADLINE = 600.0  # Python under valgrind takes a while to import and listen (more when busy)
 
 
 @dataclass(frozen=True)

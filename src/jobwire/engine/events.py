@@ -83,19 +83,23 @@ class Tally:
         self.expired = 0  # discarded before it ever ran
         self.cancelled = 0
 
+    def by_event(self) -> dict[str, int]:
+        """Event name -> count (`TALLY_EVENTS`); read at scrape time."""
+        return {
+            "job.enqueued": self.enqueued,
+            "job.scheduled": self.scheduled,
+            "job.started": self.started,
+            "job.retrying": self.retried,
+            "job.completed": self.completed,
+            "job.discarded": self.failed,
+            "job.expired": self.expired,
+            "job.cancelled": self.cancelled,
+        }
 
-#: Event name -> the `Tally` field it counts (`EventLog.counts`; job.discarded is `failed`
-#: or `expired`).
-TALLY_FIELDS = {
-    "job.enqueued": "enqueued",
-    "job.scheduled": "scheduled",
-    "job.started": "started",
-    "job.retrying": "retried",
-    "job.completed": "completed",
-    "job.discarded": "failed",
-    "job.expired": "expired",
-    "job.cancelled": "cancelled",
-}
+
+#: The job events a `Tally` counts (`Tally.by_event`): job.discarded after running, and
+#: job.expired, a job discarded before it ever ran, apart.
+TALLY_EVENTS = (*JOB_EVENTS, "job.expired")
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,10 +240,9 @@ class EventLog:
     @property
     def counts(self) -> dict[str, dict[str, dict[str, int]]]:
         """Job events by type, queue and function (origins added up), built when read."""
-        out: dict[str, dict[str, dict[str, int]]] = {name: {} for name in TALLY_FIELDS}
+        out: dict[str, dict[str, dict[str, int]]] = {name: {} for name in TALLY_EVENTS}
         for tally in self._tallies.values():
-            for name, field_name in TALLY_FIELDS.items():
-                value: int = getattr(tally, field_name)
+            for name, value in tally.by_event().items():
                 if value:
                     per_function = out[name].setdefault(tally.queue, {})
                     per_function[tally.function] = per_function.get(tally.function, 0) + value

@@ -38,18 +38,18 @@ from jobwire.server.ojs.http import reply
 if TYPE_CHECKING:
     from jobwire.server.ojs.app import OJSService
 
-#: Counters: metric name -> (help, the `Tally` fields it sums).
+#: Counters: metric name -> (help, the job events it sums: `Tally.by_event`).
 COUNTERS = {
     "jobwire_jobs_submitted": (
         "Jobs submitted, by queue, function and the protocol they came in by",
-        ("enqueued", "scheduled"),
+        ("job.enqueued", "job.scheduled"),
     ),
-    "jobwire_jobs_started": ("Jobs handed to a worker (each attempt)", ("started",)),
-    "jobwire_jobs_completed": ("Jobs completed", ("completed",)),
-    "jobwire_jobs_failed": ("Jobs failed for good after running", ("failed",)),
-    "jobwire_jobs_expired": ("Jobs discarded before they ran (expired)", ("expired",)),
-    "jobwire_jobs_retried": ("Failed attempts to be run again", ("retried",)),
-    "jobwire_jobs_cancelled": ("Jobs cancelled", ("cancelled",)),
+    "jobwire_jobs_started": ("Jobs handed to a worker (each attempt)", ("job.started",)),
+    "jobwire_jobs_completed": ("Jobs completed", ("job.completed",)),
+    "jobwire_jobs_failed": ("Jobs failed for good after running", ("job.discarded",)),
+    "jobwire_jobs_expired": ("Jobs discarded before they ran (expired)", ("job.expired",)),
+    "jobwire_jobs_retried": ("Failed attempts to be run again", ("job.retrying",)),
+    "jobwire_jobs_cancelled": ("Jobs cancelled", ("job.cancelled",)),
 }
 #: The job counters' labels: `protocol` is the job's origin (`Job.origin`), so a job started
 #: by an OJS worker but submitted over Gearman counts as protocol="gearman".
@@ -105,14 +105,17 @@ class EngineCollector(Collector):
 
     def _jobs(self) -> Iterator[Metric]:
         events = self.service.events
-        tallies = events.tallies()
-        for name, (text, fields) in COUNTERS.items():
+        tallies = [
+            (tally.queue, tally.function, origin_name(tally.origin), tally.by_event())
+            for tally in events.tallies()
+        ]
+        for name, (text, kinds) in COUNTERS.items():
             family = CounterMetricFamily(name, text, labels=JOB_LABELS)
             totals: Counter[tuple[str, str, str]] = Counter()
-            for tally in tallies:
-                value = sum(getattr(tally, field) for field in fields)
+            for queue, function, protocol, counts in tallies:
+                value = sum(counts[kind] for kind in kinds)
                 if value:
-                    totals[tally.queue, tally.function, origin_name(tally.origin)] += value
+                    totals[queue, function, protocol] += value
             for labels, value in sorted(totals.items()):
                 family.add_metric(list(labels), value)
             yield family
