@@ -934,7 +934,7 @@ class Engine:
         if self._durable:
             self._journal.job_saved(fresh)
         if self.event_log is not None or self.observers:
-            self._observe("job.enqueued", fresh)
+            self._observe("job.enqueued", fresh, self.clock())  # not its old created_at
         return fresh
 
     def forget(self, job: Job) -> None:
@@ -942,11 +942,13 @@ class Engine:
         if job.state.terminal:
             self.jobs.discard(job)
 
-    def _observe(self, event: str, job: Job) -> None:
+    def _observe(self, event: str, job: Job, at: float = 0.0) -> None:
+        """Tell the event log and the observers; `at`: when (0: the time the engine just
+        set on the job, `EventLog.observe`)."""
         event_log = self.event_log
         if event_log is not None:
             try:
-                event_log.observe(event, job)
+                event_log.observe(event, job, at)
             except Exception:  # as for any observer: the transition stands
                 log.exception("the event log failed on %s for %s", event, job.id)
         if self.observers:
