@@ -260,6 +260,20 @@ class EventLog:
         """Every tally (scrape time)."""
         return list(self._tallies.values())
 
+    def throughput(self) -> tuple[int, int, int, dict[str, int]]:
+        """Jobs submitted, completed and failed so far, and completed by queue: what the
+        dashboard samples every second, in one pass over the tallies."""
+        submitted = completed = failed = 0
+        by_queue: dict[str, int] = {}
+        for tally in self._tallies.values():
+            submitted += tally.enqueued + tally.scheduled
+            failed += tally.failed
+            done = tally.completed
+            if done:
+                completed += done
+                by_queue[tally.queue] = by_queue.get(tally.queue, 0) + done
+        return submitted, completed, failed, by_queue
+
     @property
     def counts(self) -> dict[str, dict[str, dict[str, int]]]:
         """Job events by type, queue and function (origins added up), built when read."""

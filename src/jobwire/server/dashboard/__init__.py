@@ -88,15 +88,6 @@ class Sample:
     failed: float
 
 
-def _totals(counts: dict[str, dict[str, dict[str, int]]], *events: str) -> Counter[str]:
-    """Job events of these types so far, by queue."""
-    out: Counter[str] = Counter()
-    for event in events:
-        for queue, per_function in counts.get(event, {}).items():
-            out[queue] += sum(per_function.values())
-    return out
-
-
 class Throughput:
     """Once a second: jobs submitted, completed and failed in that second (all queues) and
     completed per queue over the last minute, from the event log's counters."""
@@ -129,13 +120,9 @@ class Throughput:
             await asyncio.sleep(1.0)
 
     def sample(self) -> None:
-        counts = self.service.events.counts
-        completed = _totals(counts, "job.completed")
-        now = (
-            sum(_totals(counts, "job.enqueued", "job.scheduled").values()),
-            sum(completed.values()),
-            sum(_totals(counts, "job.discarded").values()),
-        )
+        submitted, done, failed, by_queue = self.service.events.throughput()
+        completed: Counter[str] = Counter(by_queue)
+        now = (submitted, done, failed)
         if self._last is not None:
             sub, comp, fail = (a - b for a, b in zip(now, self._last, strict=True))
             self.samples.append(Sample(time.time(), sub, comp, fail))
