@@ -250,6 +250,9 @@ class ServerSpec:
     threads: int | None = None  # gearmand -t; None: its default
     store: str = "memory"  # jobwire: "memory" or "sqlite"
     pure: bool = False  # jobwire: run the hot modules' .py sources, not the compiled build
+    #: jobwire: also the HTTP listener (on a free port): the OJS service, its event log and
+    #: metrics, the dashboard, as most servers run (the "-http" servers).
+    http: bool = False
 
     def command(self, port: int, workdir: Path) -> list[str]:
         if self.kind == "gearmand":
@@ -261,8 +264,12 @@ class ServerSpec:
         exe = [sys.executable, "-m", "jobwire"] if _jobwire_src else [jobwire_path()]
         cmd = [*exe, "serve", "-L", "127.0.0.1", "--port", str(port), "--store", store]
         # Gearman only, like gearmand: no HTTP listener (it would also fight over port 8080
-        # between servers, and with HTTP on, finished jobs are retained for status queries).
-        return [*cmd, *JOBWIRE_EXTRA_ARGS]
+        # between servers, and with HTTP on, finished jobs are retained for status queries),
+        # unless the spec asks for it (the last --http-port given wins).
+        cmd = [*cmd, *JOBWIRE_EXTRA_ARGS]
+        if self.http:
+            cmd += ["--http-port", str(free_port())]
+        return cmd
 
 
 GEARMAND_DEFAULT = ServerSpec("gearmand", "gearmand")
@@ -270,6 +277,9 @@ GEARMAND_T1 = ServerSpec("gearmand -t1", "gearmand", threads=1)
 JOBWIRE_MEMORY = ServerSpec("jobwire-memory", "jobwire", store="memory")
 JOBWIRE_SQLITE = ServerSpec("jobwire-sqlite", "jobwire", store="sqlite")
 JOBWIRE_MEMORY_PURE = ServerSpec("jobwire-memory-pure", "jobwire", store="memory", pure=True)
+#: With the HTTP listener (metrics and the event log on): compare with the two above in one run.
+JOBWIRE_MEMORY_HTTP = ServerSpec("jobwire-memory-http", "jobwire", store="memory", http=True)
+JOBWIRE_SQLITE_HTTP = ServerSpec("jobwire-sqlite-http", "jobwire", store="sqlite", http=True)
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/instructions.py                 # gearmand -t1 and jobwire (memory)
     .venv/bin/python bench/instructions.py --scenario fg-serial --servers jobwire-memory
+    .venv/bin/python bench/instructions.py --servers jobwire-memory,jobwire-memory-http  # off, on
     PYTHONPATH=/tmp/old/src .venv/bin/python bench/instructions.py   # another checkout's src/
 
 callgrind counts the instructions a process executes in user space, the same for the same
@@ -33,7 +34,9 @@ from pathlib import Path
 from harness import (
     GEARMAND_T1,
     JOBWIRE_MEMORY,
+    JOBWIRE_MEMORY_HTTP,
     JOBWIRE_SQLITE,
+    JOBWIRE_SQLITE_HTTP,
     OUT,
     Processes,
     ServerSpec,
@@ -43,8 +46,17 @@ from harness import (
     run_gearbench,
 )
 
-SERVERS = {spec.name: spec for spec in (GEARMAND_T1, JOBWIRE_MEMORY, JOBWIRE_SQLITE)}
-START_DEADLINE = 600.0  # Python under valgrind imports slowly, more so on a busy machine
+SERVERS = {
+    spec.name: spec
+    for spec in (
+        GEARMAND_T1,
+        JOBWIRE_MEMORY,
+        JOBWIRE_SQLITE,
+        JOBWIRE_MEMORY_HTTP,
+        JOBWIRE_SQLITE_HTTP,
+    )
+}
+START_DEADLINE = 600.0  # Python under valgrind takes a while to import and listen (more when busy)
 
 
 @dataclass(frozen=True)

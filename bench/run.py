@@ -38,8 +38,10 @@ from harness import (
     GEARMAND_DEFAULT,
     GEARMAND_T1,
     JOBWIRE_MEMORY,
+    JOBWIRE_MEMORY_HTTP,
     JOBWIRE_MEMORY_PURE,
     JOBWIRE_SQLITE,
+    JOBWIRE_SQLITE_HTTP,
     OUT,
     BenchResult,
     Processes,
@@ -115,8 +117,9 @@ SCENARIOS: list[Scenario] = [
 ]
 SCENARIO_NAMES = [s.name for s in SCENARIOS]
 SERVER_GROUPS = ["gearmand", "jobwire-memory", "jobwire-sqlite"]
-#: Also accepted by --servers: jobwire-memory with the hot modules' pure-Python sources.
-EXTRA_GROUPS = ["jobwire-memory-pure"]
+#: Also accepted by --servers: jobwire-memory with the hot modules' pure-Python sources, and
+#: both stores with the HTTP listener on (metrics, the event log; the on/off comparison).
+EXTRA_GROUPS = ["jobwire-memory-pure", "jobwire-memory-http", "jobwire-sqlite-http"]
 
 
 @dataclass
@@ -240,6 +243,10 @@ def server_specs(groups: list[str], gearmand_threads: list[str]) -> list[ServerS
             specs.append(JOBWIRE_MEMORY)
         elif group == "jobwire-sqlite":
             specs.append(JOBWIRE_SQLITE)
+        elif group == "jobwire-memory-http":
+            specs.append(JOBWIRE_MEMORY_HTTP)
+        elif group == "jobwire-sqlite-http":
+            specs.append(JOBWIRE_SQLITE_HTTP)
         elif group == "jobwire-memory-pure":
             specs.append(JOBWIRE_MEMORY_PURE)
         else:

@@ -46,3 +46,19 @@ def test_a_job_discarded_before_it_ran_counts_as_expired() -> None:
     assert log.counts["job.expired"] == {"late": {"late": 1}}
     assert log.counts["job.discarded"] == {}
     assert [e.type for e in log.query()][-1] == "job.discarded"  # the log keeps its name
+
+
+def test_throughput_adds_up_the_tallies_of_every_origin() -> None:
+    harness = Harness()
+    engine = harness.engine
+    log = EventLog(100, clock=harness.clock)
+    engine.event_log = log
+    worker = harness.worker("resize").session
+    job, _ = engine.submit("resize", b"x", queue="images", origin=1)
+    engine.submit("resize", b"y", queue="images", origin=2)
+    late, _ = engine.submit("late", b"z")
+    engine.expire(late)  # expired: not a failure
+    assert engine.grab(worker) is job
+    engine.complete(job, b"done")
+    assert log.throughput() == (3, 1, 0, {"images": 1})
+    assert log.counts["job.enqueued"] == {"images": {"resize": 2}, "late": {"late": 1}}

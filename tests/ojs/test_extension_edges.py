@@ -108,8 +108,8 @@ def test_metrics_count_jobs_by_queue(runner: Runner) -> None:
     runner.request("POST", "/ojs/v1/workers/fetch", {"queues": ["m-q"], "worker_id": "w"})
     runner.request("POST", "/ojs/v1/workers/ack", {"job_id": job["id"]})
     text = runner.request("GET", "/metrics", headers={"Accept": "text/plain"}).raw.decode()
-    assert 'jobwire_jobs_submitted_total{function="t.x",queue="m-q"} 1.0' in text
-    assert 'jobwire_jobs_completed_total{function="t.x",queue="m-q"} 1.0' in text
+    assert 'jobwire_jobs_submitted_total{function="t.x",protocol="ojs",queue="m-q"} 1.0' in text
+    assert 'jobwire_jobs_completed_total{function="t.x",protocol="ojs",queue="m-q"} 1.0' in text
     assert 'jobwire_workers{protocol="ojs",state="running"} 1.0' in text
     assert 'jobwire_queue_depth{priority="normal",queue="m-q"} 0.0' in text
     # One wait (push to fetch) and one run (fetch to ack) more than before the reset at most.

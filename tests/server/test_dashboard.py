@@ -252,7 +252,8 @@ def test_metrics_and_the_grafana_dashboard_agree(server: ServerProcess, browser:
     with GearmanSocket(server) as gearman:
         gearman.submit_bg("metrics-fn", b"x", priority="high")
         text = browser.get("/metrics").text
-    assert 'jobwire_jobs_submitted_total{function="metrics-fn",queue="metrics-fn"} 1.0' in text
+    submitted = 'function="metrics-fn",protocol="gearman",queue="metrics-fn"'
+    assert f"jobwire_jobs_submitted_total{{{submitted}}} 1.0" in text
     assert 'jobwire_queue_depth{priority="high",queue="metrics-fn"} 1.0' in text
     assert 'jobwire_connections{listener="gearman"} 1.0' in text
     for name in (
@@ -289,7 +290,8 @@ def test_metrics_without_the_http_listener(tmp_path: Path) -> None:
         with GearmanSocket(server) as gearman:
             gearman.submit_bg("alone", b"x")
         text = Browser(metrics_port).get("/metrics").text
-        assert 'jobwire_jobs_submitted_total{function="alone",queue="alone"} 1.0' in text
+        submitted = 'function="alone",protocol="gearman",queue="alone"'
+        assert f"jobwire_jobs_submitted_total{{{submitted}}} 1.0" in text
         assert Browser(metrics_port).get("/").status == 404
     finally:
         server.stop()

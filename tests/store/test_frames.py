@@ -34,6 +34,7 @@ def jobs(draw: st.DrawFn, key: int) -> Job:
     job.row = key
     job.state = draw(st.sampled_from(list(JobState)))
     job.attempts = draw(st.sampled_from([0, 0, 0, 1, 7, 2**33]))
+    job.origin = draw(st.sampled_from([0, 1, 1, 1, 2, 8]))
     if draw(st.integers(0, 4)) == 0:  # now and then, a job with the other columns
         job.unique = draw(st.none() | texts)
         job.max_attempts = draw(st.none() | st.integers(1, 9))
@@ -71,6 +72,7 @@ def expected(batch: dict[int, Job | None]) -> frames.Changes:
                 int(job.state),
                 job.attempts,
                 job.created_at,
+                job.origin,
             )
         else:
             rows[key] = frames.full_row(job)
@@ -102,11 +104,16 @@ def test_decode_reads_back_every_change_encode_wrote(
 
 
 def engine_job(
-    number: int, function: str = "reverse", prefix: str = "H:host:", created_at: float = 1000.0
+    number: int,
+    function: str = "reverse",
+    prefix: str = "H:host:",
+    created_at: float = 1000.0,
+    origin: int = 0,
 ) -> Job:
     """A job as the engine submits it: its id numbered, its row given on first save, created
     at the time of the read that brought it (shared with the other submits of that read)."""
     job = Job(f"{prefix}{number}", function, b"payload %d" % number, created_at=created_at)
+    job.origin = origin
     job.number = number
     job.row = number
     return job
@@ -154,10 +161,10 @@ def test_a_run_of_submitted_jobs_is_stored_once_without_their_ids() -> None:
         frame.created(number, engine_job(number))
     body = marshal.loads(frame.finish({}))
     available = int(JobState.AVAILABLE)
-    assert body[1] == [(1, 100, "reverse", "reverse", 0, available, 0, 1, "H:host:", 1000.0)]
+    assert body[1] == [(1, 100, "reverse", "reverse", 0, available, 0, 1, "H:host:", 1000.0, 0)]
     assert body[2] == []  # no ids: the run's prefix and first number make them
     changes, _ = frames.decode(marshal.dumps(body, 2))
-    row = (57, "H:host:57", "reverse", "reverse", b"payload 57", 0, available, 0, 1000.0)
+    row = (57, "H:host:57", "reverse", "reverse", b"payload 57", 0, available, 0, 1000.0, 0)
     assert changes[57] == row
 
 
@@ -197,9 +204,9 @@ def test_frames_with_a_created_at_column_still_decode() -> None:
     )
     changes, kv = frames.decode(marshal.dumps(body, 2))
     assert changes == {
-        5: (5, "H:x:7", "f", "q", b"x", 1, 3, 0, 1.5),
-        6: (6, "H:x:8", "f", "q", b"yz", 1, 3, 0, 2.5),
-        9: (9, "client-id", "g", "g", b"w", 0, 0, 1, 3.5),
+        5: (5, "H:x:7", "f", "q", b"x", 1, 3, 0, 1.5, 0),
+        6: (6, "H:x:8", "f", "q", b"yz", 1, 3, 0, 2.5, 0),
+        9: (9, "client-id", "g", "g", b"w", 0, 0, 1, 3.5, 0),
         11: None,
     }
     assert kv == {("cron", "k"): b"v"}
@@ -220,9 +227,9 @@ def test_frames_of_the_earlier_column_format_still_decode() -> None:
     )
     changes, kv = frames.decode(marshal.dumps(body, 4))
     assert changes == {
-        5: (5, "abc", "f", "q", b"x", 1, 3, 0, 1.5),
-        6: (6, "defg", "f", "q", b"yz", 1, 3, 0, 2.5),
-        9: (9, "id9", "g", "g", None, b"p", 0, 3, 0, 2, None, 3.5, None, None),
+        5: (5, "abc", "f", "q", b"x", 1, 3, 0, 1.5, 0),
+        6: (6, "defg", "f", "q", b"yz", 1, 3, 0, 2.5, 0),
+        9: (9, "id9", "g", "g", None, b"p", 0, 3, 0, 2, None, 3.5, None, None, 0),
         11: None,
     }
     assert kv == {("cron", "k"): b"v"}
@@ -232,7 +239,21 @@ def test_frames_of_the_format_before_columns_still_decode() -> None:
     """A server upgraded after a crash replays the log its predecessor left."""
     changes: frames.Changes = {7: (7, "H:x:1", "f", "f", b"p", 0, 0, 0, 1.5), 8: None}
     kv: frames.KVChanges = {("cron", "k"): b"v"}
-    assert frames.decode(marshal.dumps((changes, kv), 4)) == (changes, kv)
+    widened = {7: (7, "H:x:1", "f", "f", b"p", 0, 0, 0, 1.5, 0), 8: None}  # origin 0: unknown
+    assert frames.decode(marshal.dumps((changes, kv), 4)) == (widened, kv)
+
+
+def test_runs_keep_their_jobs_origin_and_runs_written_before_origins_read_as_unknown() -> None:
+    frame = frames.FrameBuilder()
+    for number in range(1, 5):
+        frame.created(number, engine_job(number, origin=1 if number < 3 else 2))
+    body = marshal.loads(frame.finish({}))
+    assert [(run[0], run[1], run[10]) for run in body[1]] == [(1, 2, 1), (3, 2, 2)]
+    changes, _ = frames.decode(marshal.dumps(body, 2))
+    assert [row[9] for row in changes.values() if row is not None] == [1, 1, 2, 2]
+    older = (body[0], [run[:10] for run in body[1]], *body[2:])  # as the release before wrote
+    changes, _ = frames.decode(marshal.dumps(older, 2))
+    assert [row[9] for row in changes.values() if row is not None] == [0, 0, 0, 0]
 
 
 def valid_body() -> bytes:

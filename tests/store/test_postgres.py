@@ -11,6 +11,7 @@ from collections.abc import Callable
 import psycopg
 
 from jobwire.engine import Job
+from jobwire.engine.job import ORIGIN_GEARMAN
 from jobwire.store.postgres import PostgresStore
 from tests.pg import ADMIN, Schema, pg_schema
 from tests.store.kinds import committed
@@ -247,3 +248,35 @@ def test_two_batches_fly_at_once_unless_they_change_the_same_job(pg_schema: Sche
         ("H:test:2", 0),
         ("H:test:3", 0),
     ]
+
+
+def test_a_version_1_schema_gains_the_origin_column_and_its_jobs_load(pg_schema: Schema) -> None:
+    from jobwire.store.postgres import MIGRATIONS
+
+    with psycopg.connect(pg_schema.dsn, autocommit=True) as conn:
+        for statement in MIGRATIONS[0]:  # the tables as version 1 made them
+            conn.execute(statement.encode())
+        conn.execute(b"INSERT INTO jobwire_schema (version) VALUES (1)")
+        conn.execute(
+            b"INSERT INTO jobs (seq, id, function, queue, payload, priority, state, attempts,"
+            b" created_at) VALUES (1, 'H:old:1', 'f', 'f', 'p', 0, 3, 0, 1.5)"
+        )
+    store = PostgresStore(pg_schema.dsn)
+
+    async def main() -> None:
+        job = make_job(2)
+        job.origin = ORIGIN_GEARMAN
+        store.job_saved(job)
+        assert await committed(store)
+
+    try:
+        assert [(row.id, row.origin) for row in store.load()] == [("H:old:1", 0)]  # unknown
+        run(main)
+    finally:
+        store.close()
+    store = PostgresStore(pg_schema.dsn)
+    try:
+        loaded = [(row.id, row.origin) for row in store.load()]
+    finally:
+        store.close()
+    assert loaded == [("H:old:1", 0), ("H:test:2", ORIGIN_GEARMAN)]

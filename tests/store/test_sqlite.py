@@ -19,6 +19,7 @@ from typing import TypeVar
 import pytest
 
 from jobwire.engine import Job
+from jobwire.engine.job import ORIGIN_GEARMAN
 from jobwire.ports import StoredJob
 from jobwire.store import redolog
 from jobwire.store import sqlite as sqlite_store
@@ -768,12 +769,34 @@ def test_a_version_2_file_gains_the_checkpoint_table(tmp_path: Path) -> None:
     SQLiteStore(path).close()
     conn = sqlite3.connect(path)
     conn.execute("DROP TABLE checkpoint")
+    conn.execute("ALTER TABLE jobs DROP COLUMN origin")  # version 4 added it
     conn.execute("PRAGMA user_version = 2")
     conn.commit()
     conn.close()
     store = SQLiteStore(path)
-    assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert store._conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     store.close()
+
+
+def test_a_version_3_file_gains_the_origin_column_and_its_jobs_load(tmp_path: Path) -> None:
+    path = tmp_path / "v3.db"
+    store = SQLiteStore(path)
+
+    async def save(job: Job) -> None:
+        store.job_saved(job)
+        assert await committed(store)
+
+    run(lambda: save(make_job(1, origin=ORIGIN_GEARMAN)))
+    store.close()
+    assert [(row.id, row.origin) for row in loaded(path)] == [("H:test:1", ORIGIN_GEARMAN)]
+    conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE jobs DROP COLUMN origin")
+    conn.execute("PRAGMA user_version = 3")
+    conn.commit()
+    conn.close()
+    assert [(row.id, row.origin) for row in loaded(path)] == [("H:test:1", 0)]  # unknown
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 @pytest.mark.parametrize(("fsync", "synced"), [("batch", True), ("always", True), ("off", False)])

@@ -112,6 +112,7 @@ def _background_copy(source: Job | StoredJob) -> Job:
         source.priority,
         True,
         source.created_at,
+        source.origin,
     )
     job.max_attempts = source.max_attempts
     job.reducer = source.reducer
@@ -298,10 +299,12 @@ class Engine:
         lease_timeout: float | None = None,
         pending: bool = False,
         ext: dict[str, Any] | None = None,
+        origin: int = 0,
     ) -> tuple[Job, bool]:
         """Add a job, or join the live job with the same unique key.
 
-        Returns the job and whether it was created. Raises QueueFull.
+        `origin`: the `Origin` of the listener it came through. Returns the job and whether
+        it was created. Raises QueueFull.
         """
         key = self.unique_key(function, unique, payload) if unique else None
         if key is not None:
@@ -325,6 +328,7 @@ class Engine:
             priority,
             background,
             now,
+            origin,
         )
         job.max_attempts = max_attempts if max_attempts is not None else self.config.job_retries
         job.lease_timeout = lease_timeout
@@ -355,12 +359,14 @@ class Engine:
         subscriber: Subscriber | None = None,
         unique: str | None = None,
         now: float = 0.0,
+        origin: int = 0,
     ) -> tuple[Job, bool]:
         """`submit` without options other than a unique key: the hot path of every protocol.
 
         Positional arguments only, because keyword arguments cost more than the rest of
         the call. `now`: when the request arrived (the clock's time, which it reads if 0);
-        the submits of one read share it, and with it their jobs' `created_at`. Returns
+        the submits of one read share it, and with it their jobs' `created_at`. `origin`:
+        the `Origin` of the listener it came through. Returns
         the job and whether it was created. Raises QueueFull.
         """
         key = None
@@ -382,6 +388,7 @@ class Engine:
             priority,
             background,
             now or self.clock(),
+            origin,
         )
         if self.config.job_retries is not None:
             job.max_attempts = self.config.job_retries
@@ -954,7 +961,7 @@ class Engine:
         if self._durable:
             self._journal.job_saved(fresh)
         if self.event_log is not None or self.observers:
-            self._observe("job.enqueued", fresh)
+            self._observe("job.enqueued", fresh, self.clock())  # not its old created_at
         return fresh
 
     def forget(self, job: Job) -> None:
@@ -962,11 +969,13 @@ class Engine:
         if job.state.terminal:
             self.jobs.discard(job)
 
-    def _observe(self, event: str, job: Job) -> None:
+    def _observe(self, event: str, job: Job, at: float = 0.0) -> None:
+        """Tell the event log and the observers; `at`: when (0: the time the engine just
+        set on the job, `EventLog.observe`)."""
         event_log = self.event_log
         if event_log is not None:
             try:
-                event_log.observe(event, job)
+                event_log.observe(event, job, at)
             except Exception:  # as for any observer: the transition stands
                 log.exception("the event log failed on %s for %s", event, job.id)
         if self.observers:

@@ -65,6 +65,43 @@ class Histogram:
         self.total += value
 
 
+class Tally:
+    """Job events of one queue, function and origin (`Job.origin`) since start: plain
+    integers the hot path increments. The exporter turns them into labelled series when it
+    is scraped (`EventLog.tallies`)."""
+
+    def __init__(self, queue: str, function: str, origin: int) -> None:
+        self.queue = queue
+        self.function = function
+        self.origin = origin
+        self.enqueued = 0
+        self.scheduled = 0
+        self.started = 0
+        self.retried = 0
+        self.completed = 0
+        self.failed = 0  # discarded after running
+        self.expired = 0  # discarded before it ever ran
+        self.cancelled = 0
+
+    def by_event(self) -> dict[str, int]:
+        """Event name -> count (`TALLY_EVENTS`); read at scrape time."""
+        return {
+            "job.enqueued": self.enqueued,
+            "job.scheduled": self.scheduled,
+            "job.started": self.started,
+            "job.retrying": self.retried,
+            "job.completed": self.completed,
+            "job.discarded": self.failed,
+            "job.expired": self.expired,
+            "job.cancelled": self.cancelled,
+        }
+
+
+#: The job events a `Tally` counts (`Tally.by_event`): job.discarded after running, and
+#: job.expired, a job discarded before it ever ran, apart.
+TALLY_EVENTS = (*JOB_EVENTS, "job.expired")
+
+
 @dataclass(frozen=True, slots=True)
 class Event:
     seq: int  # grows by one per event: a cursor for readers
@@ -95,23 +132,22 @@ class EventLog:
         self._last_seq = 0  # the sequence number of the newest event
         self._types: list[str] = [""] * size
         self._times: list[float] = [0.0] * size
-        self._subjects: list[str] = [""] * size  # a job event's job id
-        self._functions: list[str] = [""] * size
+        # A job event keeps the job (its id, function, queue and priority never change) and
+        # what changes: its state, attempts, worker (job.started) and run time (its end).
+        self._jobs: list[Job | None] = [None] * size
         self._queues: list[str | None] = [None] * size
         self._attempts: list[int] = [0] * size
         self._states: list[JobState] = [JobState.AVAILABLE] * size
-        self._started: list[float | None] = [None] * size
-        self._finished: list[float | None] = [None] * size
-        self._priorities: list[int] = [0] * size
+        self._durations: list[float | None] = [None] * size  # seconds it ran (its end)
         self._workers: list[str | None] = [None] * size
         self._records: list[Event | None] = [None] * size  # None: a job event
-        #: Job events by type, queue and function since start (metrics): one increment per
-        #: event.
-        self.counts: dict[str, dict[str, dict[str, int]]] = {
-            name: {} for name in (*JOB_EVENTS, "job.expired")
-        }
-        #: Jobs handed to a worker, by the worker's protocol.
-        self.started_by_protocol: dict[str, int] = {}
+        #: Job events by queue, function and origin since start (metrics), each tally found
+        #: once per run of events of one queue, function and origin (`_tally_of`).
+        self._tallies: dict[tuple[str, str, int], Tally] = {}
+        self._last_tally = Tally("", "", -1)  # matches no job
+        #: Jobs handed to a worker, by the worker's protocol: one counter per protocol, which
+        #: each worker session holds (`WorkerSession.started`), so counting is one increment.
+        self._started_by_protocol: dict[str, list[int]] = {}
         #: Seconds from submission to a worker, per attempt.
         self.wait_times = Histogram()
         #: Seconds from a worker taking a job to its end (completed, failed, retried).
@@ -125,48 +161,129 @@ class EventLog:
         """The sequence number of the newest event (0 before the first)."""
         return self._last_seq
 
-    def observe(self, event: str, job: Job) -> None:
-        """Record a job event (`Engine.event_log`; this runs for every job)."""
-        kind = event
-        if kind == "job.discarded" and not job.attempts:
-            kind = "job.expired"  # discarded before it ever ran (counted apart; logged as is)
-        per_queue = self.counts.get(kind)
-        if per_queue is not None:
-            queue = job.queue or ""
-            per_function = per_queue.get(queue)
-            if per_function is None:
-                per_function = per_queue[queue] = {}
-            function = job.function
-            per_function[function] = per_function.get(function, 0) + 1
+    def observe(self, event: str, job: Job, at: float = 0.0) -> None:
+        """Record a job event (`Engine.event_log`; this runs for every job). `at`: when it
+        happened; 0: the time the engine just set on the job (its creation, start or end),
+        read from the clock for the others."""
+        tally = self._last_tally
+        # The events of a read, and of one function's traffic, share their strings: two
+        # pointer comparisons find the tally (compiled: no call, no hashing).
+        if (
+            job.function is not tally.function
+            or job.queue is not tally.queue
+            or job.origin != tally.origin
+        ):
+            tally = self._last_tally = self._tally_of(job)
+        ran: float | None = None
+        worker_name: str | None = None
+        if event == "job.enqueued":
+            tally.enqueued += 1
+            if not at:
+                at = job.created_at
+        elif event == "job.started":
+            tally.started += 1
             started = job.started_at
             if started is not None:
-                if event == "job.started":
-                    self.wait_times.observe(started - job.created_at)
-                    worker = job.worker
-                    if worker is not None:
-                        by_protocol = self.started_by_protocol
-                        protocol = worker.protocol
-                        by_protocol[protocol] = by_protocol.get(protocol, 0) + 1
-                elif event != "job.enqueued" and event != "job.scheduled":
-                    finished = job.finished_at
-                    self.run_times.observe((finished or self.clock()) - started)
+                self.wait_times.observe(started - job.created_at)
+                if not at:
+                    at = started
+            worker = job.worker
+            if worker is not None:
+                worker_name = worker.name
+                cell = worker.started
+                if cell is None:
+                    cell = worker.started = self._protocol_cell(worker.protocol)
+                cell[0] += 1
+        elif event == "job.completed" or event == "job.discarded" or event == "job.cancelled":
+            if event == "job.completed":
+                tally.completed += 1
+            elif event == "job.cancelled":
+                tally.cancelled += 1
+            elif job.attempts:
+                tally.failed += 1
+            else:
+                tally.expired += 1  # discarded before it ever ran (counted apart)
+            finished = job.finished_at
+            if finished is not None and not at:
+                at = finished
+            ran = self._ran(job, finished)
+        elif event == "job.retrying":
+            tally.retried += 1
+            ran = self._ran(job, None)
+        elif event == "job.scheduled":
+            tally.scheduled += 1
+            if not at:
+                at = job.created_at
         if not self.capacity:
             return
         slot = self._next
         self._types[slot] = event
-        self._times[slot] = self.clock()
-        self._subjects[slot] = job.id
-        self._functions[slot] = job.function
+        self._times[slot] = at or self.clock()
+        self._jobs[slot] = job
         self._queues[slot] = job.queue
         self._attempts[slot] = job.attempts
         self._states[slot] = job.state
-        self._started[slot] = job.started_at
-        self._finished[slot] = job.finished_at
-        self._priorities[slot] = job.priority
-        worker = job.worker
-        self._workers[slot] = worker.name if worker is not None and event == "job.started" else None
+        self._durations[slot] = ran
+        self._workers[slot] = worker_name
         self._records[slot] = None
         self._advance()
+
+    def _ran(self, job: Job, finished: float | None) -> float | None:
+        """How long the job ran, into the run time histogram (None: it never started)."""
+        started = job.started_at
+        if started is None:
+            return None
+        ran = (finished or self.clock()) - started
+        self.run_times.observe(ran)
+        return ran
+
+    def _protocol_cell(self, protocol: str) -> list[int]:
+        cell = self._started_by_protocol.get(protocol)
+        if cell is None:
+            cell = self._started_by_protocol[protocol] = [0]
+        return cell
+
+    @property
+    def started_by_protocol(self) -> dict[str, int]:
+        """Jobs handed to a worker, by the worker's protocol (read at scrape time)."""
+        return {protocol: cell[0] for protocol, cell in self._started_by_protocol.items()}
+
+    def _tally_of(self, job: Job) -> Tally:
+        queue = job.queue or ""
+        key = (queue, job.function, job.origin)
+        tally = self._tallies.get(key)
+        if tally is None:
+            tally = self._tallies[key] = Tally(queue, job.function, job.origin)
+        return tally
+
+    def tallies(self) -> list[Tally]:
+        """Every tally (scrape time)."""
+        return list(self._tallies.values())
+
+    def throughput(self) -> tuple[int, int, int, dict[str, int]]:
+        """Jobs submitted, completed and failed so far, and completed by queue: what the
+        dashboard samples every second, in one pass over the tallies."""
+        submitted = completed = failed = 0
+        by_queue: dict[str, int] = {}
+        for tally in self._tallies.values():
+            submitted += tally.enqueued + tally.scheduled
+            failed += tally.failed
+            done = tally.completed
+            if done:
+                completed += done
+                by_queue[tally.queue] = by_queue.get(tally.queue, 0) + done
+        return submitted, completed, failed, by_queue
+
+    @property
+    def counts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Job events by type, queue and function (origins added up), built when read."""
+        out: dict[str, dict[str, dict[str, int]]] = {name: {} for name in TALLY_EVENTS}
+        for tally in self._tallies.values():
+            for name, value in tally.by_event().items():
+                if value:
+                    per_function = out[name].setdefault(tally.queue, {})
+                    per_function[tally.function] = per_function.get(tally.function, 0) + value
+        return out
 
     def record(
         self, event: str, subject: str, queue: str | None, data: dict[str, Any]
@@ -178,6 +295,7 @@ class EventLog:
         slot = self._next
         self._types[slot] = event
         self._queues[slot] = queue
+        self._jobs[slot] = None
         self._records[slot] = entry
         self._advance()
         return entry
@@ -197,6 +315,7 @@ class EventLog:
             slot = self._next
             self._types[slot] = entry.type
             self._queues[slot] = entry.queue
+            self._jobs[slot] = None
             self._records[slot] = entry
             self._advance()
         self._last_seq = max(self._last_seq, events[-1].seq)
@@ -252,28 +371,28 @@ class EventLog:
         entry = self._records[slot]
         if entry is not None:
             return entry
-        kind, job_id, queue = self._types[slot], self._subjects[slot], self._queues[slot]
-        return Event(seq, kind, self._times[slot], job_id, queue, self._job_data(slot))
+        job = self._jobs[slot]
+        assert job is not None  # a job event
+        kind, queue = self._types[slot], self._queues[slot]
+        return Event(seq, kind, self._times[slot], job.id, queue, self._job_data(slot, job))
 
-    def _job_data(self, slot: int) -> dict[str, Any]:
+    def _job_data(self, slot: int, job: Job) -> dict[str, Any]:
         """The protocol-neutral facts of a job event (OJS events vocabulary field names)."""
         kind = self._types[slot]
         data: dict[str, Any] = {
-            "job_id": self._subjects[slot],
-            "job_type": self._functions[slot],
+            "job_id": job.id,
+            "job_type": job.function,
             "queue": self._queues[slot],
             "attempt": self._attempts[slot],
             "state": self._states[slot].name.lower(),
         }
-        started = self._started[slot]
-        if kind in ("job.completed", "job.discarded") and started is not None:
-            finished = self._finished[slot]
-            end = finished if finished is not None else started
-            data["duration_ms"] = max(0, int((end - started) * 1000))
+        ran = self._durations[slot]
+        if (kind == "job.completed" or kind == "job.discarded") and ran is not None:
+            data["duration_ms"] = max(0, int(ran * 1000))
         worker = self._workers[slot]
         if worker is not None:
             data["worker_id"] = worker
-        priority = self._priorities[slot]
+        priority = job.priority
         if priority:
             data["priority"] = priority
         return data
@@ -282,3 +401,4 @@ class EventLog:
         """Forget every event; sequence numbers go on growing, so a reader's cursor holds."""
         self._held = 0
         self._records = [None] * self._size
+        self._jobs = [None] * self._size

@@ -43,6 +43,41 @@ PRIORITY_NORMAL: Final = 0
 PRIORITY_LOW: Final = -1
 
 
+class Origin(IntEnum):
+    """The listener a job was submitted through (`Job.origin`): an integer on the job, a
+    name (`ORIGIN_NAMES`) only where one is shown. Stored with the job, so the numbers of
+    existing members never change; 0 is a job whose store predates the field."""
+
+    UNKNOWN = 0
+    GEARMAN = 1
+    OJS = 2  # the OJS HTTP binding
+    MAJORDOMO = 3
+    TITANIC = 4
+    PIRATE = 5
+    FREELANCE = 6
+    CRON = 7  # fired by a cron entry
+    WORKFLOW = 8  # a step or callback of a workflow
+
+
+#: `Origin` member -> its label (metrics, the dashboard), indexed by the member's value.
+ORIGIN_NAMES: Final = tuple(member.name.lower() for member in Origin)
+
+# The values the submit paths pass (plain ints: no enum lookup per job).
+ORIGIN_GEARMAN: Final = 1
+ORIGIN_OJS: Final = 2
+ORIGIN_MAJORDOMO: Final = 3
+ORIGIN_TITANIC: Final = 4
+ORIGIN_PIRATE: Final = 5
+ORIGIN_FREELANCE: Final = 6
+ORIGIN_CRON: Final = 7
+ORIGIN_WORKFLOW: Final = 8
+
+
+def origin_name(origin: int) -> str:
+    """The label of `Job.origin` (an unknown number from a newer store: "unknown")."""
+    return ORIGIN_NAMES[origin] if 0 <= origin < len(ORIGIN_NAMES) else "unknown"
+
+
 class Output(IntEnum):
     """What kind of output a worker streams to a job's waiting clients before it ends."""
 
@@ -93,6 +128,7 @@ class Job:
         "lease_timeout",
         "max_attempts",
         "number",
+        "origin",
         "payload",
         "priority",
         "progress",
@@ -120,6 +156,7 @@ class Job:
         priority: int = PRIORITY_NORMAL,
         background: bool = True,
         created_at: float = 0.0,
+        origin: int = 0,
     ) -> None:
         self.id = job_id
         self.function = function
@@ -149,6 +186,7 @@ class Job:
         self.ext: dict[str, Any] | None = None
         self.row = 0  # the durable store's key for the job, given on first save; 0: none
         self.number = 0  # N of an id the engine made (PREFIX:N); 0: an id chosen by a client
+        self.origin = origin  # an `Origin`: the listener it was submitted through
 
     @property
     def retries(self) -> int:

@@ -58,6 +58,7 @@ class WorkerSession:
         "last_seen",
         "name",
         "protocol",
+        "started",
         "state",
         "waiting",
     )
@@ -76,6 +77,9 @@ class WorkerSession:
         self.protocol = protocol
         self.dispatch = dispatch
         self.name = "-"  # Gearman client id, OJS hostname, ...
+        #: The event log's counter of jobs started by workers of its protocol (metrics),
+        #: found once per session.
+        self.started: list[int] | None = None
         self.abilities: dict[str, float | None] = {}  # function -> lease timeout (s) or None
         self._queues: frozenset[str] | None = None  # restrict to these queues; None: any
         # The lanes it may take jobs from, as of the engine's `lanes_version` (the engine's

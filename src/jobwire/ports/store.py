@@ -34,6 +34,7 @@ class StoredJob:
     reducer: str | None = None
     ext: bytes | None = None  # protocol-specific attributes, serialized by their owner
     row: int = 0  # the store's key for the job (`Job.row`)
+    origin: int = 0  # the `Origin` of the job (0: a store that predates it)
 
 
 def encode_ext(ext: dict[str, Any]) -> bytes:

@@ -351,6 +351,11 @@ class Server:
             except zmq_error() as exc:
                 zmq_server.close()
                 raise SystemExit(f"jobwire: cannot listen for ZeroMQ: {exc}") from exc
+            if ojs is not None:  # libzmq's connections, counted by the sockets' monitors
+                for name in zmq_server.connections():
+                    ojs.metrics.listeners[name] = functools.partial(
+                        _zmq_connections, zmq_server, name
+                    )
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         if security.tls is not None:
@@ -454,6 +459,10 @@ def announce_security(config: ServerConfig) -> None:
 def _http_connections(runner: web.AppRunner) -> int:
     server = runner.server
     return len(server.connections) if server is not None else 0
+
+
+def _zmq_connections(server: ZmqServer, listener: str) -> int:
+    return server.connections().get(listener, 0)
 
 
 def zmq_error() -> type[Exception]:

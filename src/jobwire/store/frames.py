@@ -18,14 +18,17 @@ version 4 encoding when every payload is also referenced by its job) of
 `(FORMAT, runs, ids, payloads, full, deleted, kv)`:
 
 - `runs`: `(first row key, jobs, function, queue, priority, state, attempts, first
-  number, id prefix, created_at)` per run; first number 0: the ids are in `ids`
+  number, id prefix, created_at, origin)` per run; first number 0: the ids are in `ids`
+  (runs written before jobs kept their origin have no origin: 0)
 - `ids`: the ids of the jobs of runs without numbers
 - `payloads`: per job of the runs
 - `full`: row key -> full row, for the other jobs
 - `deleted` (int64, little-endian): row keys of removed jobs
 - `kv`: key-value changes, (namespace, key) -> value or None
 
-Frames of the three formats before this one (a created_at column beside the runs; columns
+Rows are `PLAIN_WIDTH` or `FULL_WIDTH` wide, the job's origin last; a full row of a
+frame written before origins were kept is widened with origin 0 when it is read. Frames of
+the three formats before this one (a created_at column beside the runs; columns
 with ids; and `marshal` of `(changes, kv)`) still decode.
 """
 
@@ -51,12 +54,13 @@ KVChanges = dict[tuple[str, str], bytes | None]
 FORMAT: Final = 4  # the first element of a body; the oldest body began with a dict
 _FORMAT_TIMES: Final = 3  # a created_at column beside the runs (decoded, no longer written)
 _FORMAT_IDS: Final = 2  # columns with every id (decoded, no longer written)
-PLAIN_WIDTH: Final = 9  # values in a plain job's row
-FULL_WIDTH: Final = 14  # values in a full row
+PLAIN_WIDTH: Final = 10  # values in a plain job's row
+FULL_WIDTH: Final = 15  # values in a full row
+_OLD_FULL_WIDTH: Final = 14  # a full row before origins were kept
 _MARSHAL_VERSION: Final = 2
 _LENGTHS, _CREATED, _DELETED = (struct.Struct(f"<{c}") for c in ("qq", "d", "q"))
 #: A run's fields (see the module's docstring).
-Run = tuple[int, int, str, str, int, int, int, int, str, float]
+Run = tuple[int, int, str, str, int, int, int, int, str, float, int]
 
 
 def is_plain(job: Job) -> bool:
@@ -86,6 +90,7 @@ def full_row(job: Job) -> Row:
         job.created_at,
         job.reducer,
         None if job.ext is None else _ext(job),
+        job.origin,
     )
 
 
@@ -123,7 +128,7 @@ class FrameBuilder:
         # what its jobs share.
         self._first = self._count = self._first_number = 0
         self._function = self._queue = self._prefix = ""
-        self._priority = self._attempts = 0
+        self._priority = self._attempts = self._origin = 0
         self._state = JobState.AVAILABLE
         self._created_at = 0.0
 
@@ -158,6 +163,7 @@ class FrameBuilder:
             or job.state is not self._state
             or job.attempts != self._attempts
             or job.created_at != self._created_at
+            or job.origin != self._origin
         ):
             self._end_run()
             prefix = _prefix(job.id, number) if number else None
@@ -167,6 +173,7 @@ class FrameBuilder:
             self._function, self._queue = job.function, job.queue
             self._priority, self._state, self._attempts = job.priority, job.state, job.attempts
             self._created_at = job.created_at
+            self._origin = job.origin
         self._count += 1
         if not number:
             self.ids.append(job.id)
@@ -186,6 +193,7 @@ class FrameBuilder:
                     self._first_number,
                     self._prefix,
                     self._created_at,
+                    self._origin,
                 )
             )
             self._count = 0
@@ -220,7 +228,7 @@ def decode(body: bytes) -> tuple[Changes, KVChanges]:
     if not isinstance(value, tuple):
         raise ValueError("not a batch of changes")
     if len(value) == 2 and all(isinstance(part, dict) for part in value):
-        return value[0], value[1]  # the format before columns
+        return _widened(value[0]), value[1]  # the format before columns
     if len(value) == 9 and value[0] == _FORMAT_IDS:
         return _decode_with_ids(value)
     times: Iterator[tuple[float]] | None = None  # per job (format 3); None: per run
@@ -250,6 +258,7 @@ def _rows_of_runs(
     for run in runs:
         first, count, function, queue, priority, state, attempts, number, prefix = run[:9]
         at = run[9] if times is None else 0.0
+        origin = run[10] if len(run) > 10 else 0
         for offset in range(count):
             key = first + offset
             if number:
@@ -261,7 +270,8 @@ def _rows_of_runs(
                 (at,) = next(times)
             payload = payloads[job_at]
             job_at += 1
-            changes[key] = (key, job_id, function, queue, payload, priority, state, attempts, at)
+            row = (key, job_id, function, queue, payload, priority, state, attempts, at, origin)
+            changes[key] = row
     if job_at != len(payloads) or id_at != len(ids):
         raise ValueError("columns do not match the runs")
     return changes
@@ -281,7 +291,7 @@ def _decode_with_ids(value: tuple[Any, ...]) -> tuple[Changes, KVChanges]:
                 payload = payloads[payload_at : payload_at + payload_length]
                 id_at += id_length
                 payload_at += payload_length
-                row = (key, job_id, function, queue, payload, priority, state, attempts, at)
+                row = (key, job_id, function, queue, payload, priority, state, attempts, at, 0)
                 changes[key] = row
         if next(per_job, None) is not None:
             raise ValueError("more columns than jobs")
@@ -295,6 +305,14 @@ def _decode_with_ids(value: tuple[Any, ...]) -> tuple[Changes, KVChanges]:
 
 def _add_full_and_deleted(changes: Changes, full: Changes, deleted: bytes) -> None:
     """After the runs' rows: the full rows, then the removals, which come last."""
-    changes.update(full)
+    changes.update(_widened(full))
     for (key,) in _DELETED.iter_unpack(deleted):
         changes[key] = None
+
+
+def _widened(rows: Changes) -> Changes:
+    """Rows of a frame written before origins were kept, with origin 0 (unknown) added."""
+    for key, row in rows.items():
+        if row is not None and len(row) in (PLAIN_WIDTH - 1, _OLD_FULL_WIDTH):
+            rows[key] = (*row, 0)
+    return rows

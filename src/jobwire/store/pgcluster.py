@@ -564,8 +564,10 @@ class ClusterNode:
     def load(self, rows: list[tuple[Any, ...]]) -> None:
         """Claimed rows into the engine, best first, through replay; a foreground job's
         client, waiting on another node, hears of it through that node."""
-        clients = {row[-2]: row[-1] for row in rows if row[-1] is not None}  # seq -> node
-        jobs = [StoredJob(*row[:-1]) for row in rows]
+        jobs = [StoredJob(*row[:-1]) for row in rows]  # each row: StoredJob's, client_node
+        clients = {
+            job.row: row[-1] for job, row in zip(jobs, rows, strict=True) if row[-1] is not None
+        }
         jobs.sort(key=lambda job: (-job.priority, job.created_at, job.row))
         for job in jobs:
             job.payload = bytes(job.payload)

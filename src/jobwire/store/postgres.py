@@ -113,7 +113,8 @@ SCHEMA_STATEMENTS = (
     )""",
 )
 #: Version 2, the cluster: nodes with leases, an owner per job (NULL: any node may claim it),
-#: row keys from a sequence in blocks, and the indexes claims and status look-ups use.
+#: row keys from a sequence in blocks, and the indexes claims and status look-ups use; and
+#: the listener each job came through (`Job.origin`; older rows: 0, unknown).
 CLUSTER_STATEMENTS = (
     "CREATE SEQUENCE IF NOT EXISTS node_ids",
     """CREATE TABLE IF NOT EXISTS nodes (
@@ -124,6 +125,7 @@ CLUSTER_STATEMENTS = (
         lease_until timestamptz NOT NULL
     )""",
     "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS owner bigint",
+    "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS origin smallint NOT NULL DEFAULT 0",
     # The node a foreground job's client waits on: the node running it tells that one.
     "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS client_node bigint",
     # Results too large for a notification, named by the one that tells of them.
@@ -142,7 +144,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {0: SCHEMA_STATEMENTS, 1: CLUSTER_STATE
 
 _COLUMNS = (
     "seq, id, function, queue, uniq, payload, priority, state, attempts, max_attempts,"
-    " run_at, created_at, reducer, ext"
+    " run_at, created_at, reducer, ext, origin"
 )
 _TYPES = [
     "bigint",
@@ -159,11 +161,12 @@ _TYPES = [
     "float8",
     "text",
     "bytea",
+    "int2",
 ]
 _UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS.split(", ")[1:])
 _ARRAYS = ", ".join(f"%b::{t}[]" for t in [*_TYPES, "bigint", "bigint"])
 #: One batch, one statement, its parameters sent in binary (`%b`: a third of the client's
-#: CPU of text, bench/pg_drivers.py) (25 parameters: 14 job columns, the owner and the client's
+#: CPU of text, bench/pg_drivers.py) (25 parameters: 15 job columns, the owner and the client's
 #: node, the row keys
 #: to delete, the key-value records to write (namespace, key, value) and to delete (namespace,
 #: key), the node, the channel and the "function<US>queue" names that got unowned jobs).
@@ -185,9 +188,9 @@ WITH saved AS (
 )
 SELECT count(pg_notify(%b::text, name)) FROM unnest(%b::text[]) AS name
 """
-_LOAD = f"SELECT {_COLUMNS.removeprefix('seq, ')}, seq FROM jobs WHERE owner = %s ORDER BY seq"
-#: Claimed and looked-up rows, as `StoredJob` takes them.
-_STORED = f"{_COLUMNS.removeprefix('seq, ')}, seq"
+#: Claimed, looked-up and loaded rows, as `StoredJob` takes them: the row key, then the origin.
+_STORED = f"{_COLUMNS.removeprefix('seq, ').removesuffix(', origin')}, seq, origin"
+_LOAD = f"SELECT {_STORED} FROM jobs WHERE owner = %s ORDER BY seq"
 #: At start: nodes whose lease ran out or whose lock is free are dead; their jobs become
 #: this node's, and the unowned jobs too if no other node lives; this node's lease is renewed.
 #: Parameters: the lease, the node four times. Answers (jobs adopted, whether another node
@@ -229,7 +232,7 @@ _ENGINE_NAMESPACE = "engine"
 _NUMBERS_KEY = "numbers_reserved"
 
 Callback = Callable[[bool], None]
-#: A job's row as sent: the 14 columns in `_COLUMNS` order.
+#: A job's row as sent: the 15 columns in `_COLUMNS` order.
 Row = tuple[Any, ...]
 
 

@@ -63,7 +63,7 @@ FSYNC_POLICIES = ("always", "batch", "off")
 #: The key-value record of the engine's job-number ceiling (`numbers_reserved`).
 _ENGINE_NAMESPACE = "engine"
 _NUMBERS_KEY = "numbers_reserved"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Log bytes between two checkpoints: bounds the log on disk and the replay at start.
 CHECKPOINT_BYTES = 16 << 20
 #: Bucket bounds (seconds) of the commit latency and checkpoint duration histograms.
@@ -98,25 +98,30 @@ CREATE TABLE jobs (
     run_at REAL,
     created_at REAL NOT NULL,
     reducer TEXT,
-    ext BLOB
+    ext BLOB,
+    origin INTEGER NOT NULL DEFAULT 0
 )
 """
-_COLUMNS = (
+_OLD_COLUMNS = (
     "id, function, queue, uniq, payload, priority, state, attempts, max_attempts, run_at,"
     " created_at, reducer, ext"
 )
-_LOAD = f"SELECT {_COLUMNS}, seq FROM jobs ORDER BY seq"
+_COLUMNS = f"{_OLD_COLUMNS}, origin"
+# StoredJob's field order: the row key, then the origin.
+_LOAD = f"SELECT {_OLD_COLUMNS}, seq, origin FROM jobs ORDER BY seq"
 #: Version 1 had a unique index on `id`; rebuilding the table drops it.
 _MIGRATE_FROM_1 = (
     _SCHEMA.replace("CREATE TABLE jobs (", "CREATE TABLE jobs_v2 ("),
-    "INSERT INTO jobs_v2 SELECT * FROM jobs",
+    f"INSERT INTO jobs_v2 (seq, {_OLD_COLUMNS}) SELECT * FROM jobs",
     "DROP TABLE jobs",
     "ALTER TABLE jobs_v2 RENAME TO jobs",
 )
+#: Version 4 keeps the origin of each job (`Job.origin`); older rows have 0 (unknown).
+_MIGRATE_TO_4 = "ALTER TABLE jobs ADD COLUMN origin INTEGER NOT NULL DEFAULT 0"
 #: Most jobs have no unique id, attempt limit, run time, reducer or protocol attributes:
-#: their rows leave those columns NULL and bind 9 values instead of 14.
+#: their rows leave those columns NULL and bind 10 values instead of 15.
 _FULL_COLUMNS = f"seq, {_COLUMNS}"
-_PLAIN_COLUMNS = "seq, id, function, queue, payload, priority, state, attempts, created_at"
+_PLAIN_COLUMNS = "seq, id, function, queue, payload, priority, state, attempts, created_at, origin"
 # Small records beside the jobs (cron registrations, workflows: `jobwire.store.kv`). Created
 # when missing, so files of this schema version without it gain it on open.
 _KV_SCHEMA = """
@@ -240,6 +245,8 @@ def connect(path: Path, fsync: str = "batch", timeout: float = 5.0) -> sqlite3.C
         elif version == 1:
             for statement in _MIGRATE_FROM_1:
                 conn.execute(statement)
+        elif version < 4:
+            conn.execute(_MIGRATE_TO_4)
         # Version 3 added the checkpoint table: a server of version 2 would ignore the redo
         # log, so it must not open the file any more.
         conn.execute(_KV_SCHEMA)

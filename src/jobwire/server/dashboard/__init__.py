@@ -38,7 +38,7 @@ from aiohttp import web
 
 from jobwire import __version__
 from jobwire.engine.errors import EngineError, IllegalTransition, UnknownJob
-from jobwire.engine.job import Job, JobState
+from jobwire.engine.job import Job, JobState, origin_name
 from jobwire.engine.worker import WorkerState
 from jobwire.protocols.ojs.errors import OJSError
 from jobwire.protocols.ojs.times import format_time
@@ -88,15 +88,6 @@ class Sample:
     failed: float
 
 
-def _totals(counts: dict[str, dict[str, dict[str, int]]], *events: str) -> Counter[str]:
-    """Job events of these types so far, by queue."""
-    out: Counter[str] = Counter()
-    for event in events:
-        for queue, per_function in counts.get(event, {}).items():
-            out[queue] += sum(per_function.values())
-    return out
-
-
 class Throughput:
     """Once a second: jobs submitted, completed and failed in that second (all queues) and
     completed per queue over the last minute, from the event log's counters."""
@@ -129,13 +120,9 @@ class Throughput:
             await asyncio.sleep(1.0)
 
     def sample(self) -> None:
-        counts = self.service.events.counts
-        completed = _totals(counts, "job.completed")
-        now = (
-            sum(_totals(counts, "job.enqueued", "job.scheduled").values()),
-            sum(completed.values()),
-            sum(_totals(counts, "job.discarded").values()),
-        )
+        submitted, done, failed, by_queue = self.service.events.throughput()
+        completed: Counter[str] = Counter(by_queue)
+        now = (submitted, done, failed)
         if self._last is not None:
             sub, comp, fail = (a - b for a, b in zip(now, self._last, strict=True))
             self.samples.append(Sample(time.time(), sub, comp, fail))
@@ -178,14 +165,9 @@ def chart(points: dict[str, Any], width: int = 600, height: int = 160) -> dict[s
 
 
 def source_of(job: Job) -> str:
-    """The protocol a job came in by, as far as it shows: OJS jobs carry their envelope's
-    fields; Gearman and ZeroMQ jobs are submitted by function name alone."""
-    ext = job.ext or {}
-    if "enqueued_at" in ext or "options" in ext or "retry" in ext or "extra" in ext:
-        return "ojs"
-    if job.queue == job.function:
-        return "gearman / zeromq"
-    return "unknown"
+    """The protocol a job came in by: the engine records it at submission (`Job.origin`);
+    "unknown" for a job kept by a store older than that record."""
+    return origin_name(job.origin)
 
 
 def preview(value: Any) -> tuple[str, int, bool]:

@@ -26,6 +26,7 @@ from jobwire.engine import (
     QueueFull,
     WorkerSession,
 )
+from jobwire.engine.job import ORIGIN_GEARMAN
 from jobwire.protocols.gearman.decoder import AdminCommand, ProtocolError
 from jobwire.protocols.gearman.packets import NO_JOB, NOOP, Packet
 from jobwire.protocols.gearman.packets import PacketType as T
@@ -44,6 +45,7 @@ from jobwire.protocols.gearman.replies import error as error_reply
 from jobwire.protocols.gearman.replies import work_fail as work_fail_reply
 from jobwire.protocols.gearman.scanner import MAX_UNIQUE, handle_number
 from jobwire.protocols.gearman.schedule import next_run, parse_field
+from jobwire.server.errors import count_error
 from jobwire.server.gearman.admin import admin_reply
 from jobwire.server.gearman.transport import Transport
 
@@ -120,6 +122,7 @@ class GearmanConnection(Transport):
             # Over a connection bound (server/limits.py): told why, then closed.
             log.warning("refused a connection from %s: %s", self.peer_ip, refused)
             self.closing = True
+            count_error("gearman_SERVER_BUSY")
             self._write(error_reply("SERVER_BUSY", refused))
             transport.close()
             return
@@ -169,6 +172,7 @@ class GearmanConnection(Transport):
                 None if background else self,
                 _decode(unique) if len(unique) else None,
                 now,
+                ORIGIN_GEARMAN,
             )
         except QueueFull as exc:
             self.error("QUEUE_ERROR", str(exc))
@@ -410,6 +414,7 @@ class GearmanConnection(Transport):
                 subscriber=None if background else self,
                 run_at=run_at,
                 reducer=_decode(reducer) if reducer else None,
+                origin=ORIGIN_GEARMAN,
             )
         except QueueFull as exc:
             self.error("QUEUE_ERROR", str(exc))

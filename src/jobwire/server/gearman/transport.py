@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, cast
 from jobwire.engine import Engine
 from jobwire.protocols.gearman.replies import error
 from jobwire.protocols.gearman.scanner import Scanner, Sink
+from jobwire.server.errors import count_error
 from jobwire.server.gearman.acks import Acks
 from jobwire.server.limits import IdleGuard
 
@@ -239,6 +240,7 @@ class Transport(Sink, asyncio.Protocol):
             transport.abort()
 
     def error(self, code: str, text: str) -> None:
+        count_error("gearman_" + code)
         self.send(error(code, text))
 
     def close_after_flush(self) -> None:

@@ -29,7 +29,7 @@ from jobwire.engine import Engine
 from jobwire.engine.cron import CronEntry, CronScheduler
 from jobwire.engine.errors import IllegalTransition, QueueFull, StoreUnavailable
 from jobwire.engine.events import Event, EventLog
-from jobwire.engine.job import Job, JobState
+from jobwire.engine.job import ORIGIN_CRON, ORIGIN_OJS, Job, JobState
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
 from jobwire.ports import encode_ext, key_value_store
 from jobwire.protocols.ojs import limits
@@ -407,8 +407,11 @@ class OJSService:
             plan.existing = existing
         return plan
 
-    def commit(self, plan: Prepared, extra_ext: dict[str, Any] | None = None) -> tuple[Job, bool]:
-        """Submit a prepared PUSH: the new job and True, or the existing one for `ignore`."""
+    def commit(
+        self, plan: Prepared, extra_ext: dict[str, Any] | None = None, origin: int = ORIGIN_OJS
+    ) -> tuple[Job, bool]:
+        """Submit a prepared PUSH: the new job and True, or the existing one for `ignore`.
+        `origin`: how it came (the HTTP binding unless cron or a workflow made it)."""
         req, engine = plan.req, self.engine
         existing = plan.existing
         if existing is not None and plan.policy is not None:
@@ -459,6 +462,7 @@ class OJSService:
                 lease_timeout=req.visibility_timeout,
                 pending=req.pending,
                 ext=ext,
+                origin=origin,
             )
         except QueueFull as exc:
             raise OJSError("rate_limited", str(exc), retryable=True) from None
@@ -546,8 +550,10 @@ class OJSService:
             return cls._render_once(req, job_id, now, ext)
         return payload
 
-    def submit(self, req: PushRequest, extra_ext: dict[str, Any] | None = None) -> tuple[Job, bool]:
-        return self.commit(self.prepare(req), extra_ext)
+    def submit(
+        self, req: PushRequest, extra_ext: dict[str, Any] | None = None, origin: int = ORIGIN_OJS
+    ) -> tuple[Job, bool]:
+        return self.commit(self.prepare(req), extra_ext, origin)
 
     def arm_expiry(self, job: Job) -> None:
         assert job.ext is not None
@@ -565,7 +571,7 @@ class OJSService:
         meta = dict(template.get("meta") or {})
         meta.update(cron_name=entry.name, cron_triggered_at=format_time(when))
         template["meta"] = meta
-        job, _ = self.submit(parse_push(template))
+        job, _ = self.submit(parse_push(template), origin=ORIGIN_CRON)
         return job
 
     # ------------------------------------------------------------------ system

@@ -134,6 +134,7 @@ def _record_of(job: Job) -> dict[str, Any]:
         "started_at": job.started_at,
         "finished_at": job.finished_at,
         "reducer": job.reducer,
+        "origin": job.origin,
         "error": error,
         "ext": job.ext,
     }
@@ -149,6 +150,7 @@ def _job_of(record: dict[str, Any]) -> Job:
         record.get("priority", 0),
         True,
         record.get("created_at", 0.0),
+        record.get("origin", 0),
     )
     job.state = JobState.DISCARDED
     job.attempts = record.get("attempts", 0)

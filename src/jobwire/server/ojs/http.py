@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from typing import Any
 
 import msgspec
@@ -17,14 +16,13 @@ from jobwire.protocols.ojs.errors import OJSError, error_body, invalid
 from jobwire.protocols.ojs.ids import uuid7
 from jobwire.protocols.ojs.limits import MAX_INT, MIN_INT
 from jobwire.protocols.ojs.messages import SPEC_VERSION, refused
+from jobwire.server.errors import ERRORS
 
 log = logging.getLogger("jobwire.ojs")
 
 CONTENT_TYPE = "application/openjobspec+json"
 BASE = "/ojs/v1"
-#: Errors answered over HTTP, by OJS error code ("http_" ahead; metrics), and other kinds
-#: that other parts of the server count here.
-ERRORS: Counter[str] = Counter()
+# Errors answered over HTTP are counted in `ERRORS` by OJS error code, "http_" ahead.
 
 
 def reply(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:

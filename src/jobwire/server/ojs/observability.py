@@ -5,7 +5,7 @@ Counting on the hot path is plain integer arithmetic in objects the server alrea
 the engine records each job transition in its event log (`EventLog.observe`), which counts
 it by type, queue and function and puts the job's wait or run time in a histogram; the
 store counts its batches, log bytes and commit latency (`SQLiteStore.commit_times`); the
-OJS error middleware counts errors by code (`jobwire.server.ojs.http.ERRORS`). Nothing is
+listeners count errors by kind (`jobwire.server.errors.ERRORS`). Nothing is
 formatted until Prometheus scrapes: then a collector (`EngineCollector`) reads those
 numbers, and the engine's state (queue depth by priority, workers by protocol and state,
 connections by listener), into families of a registry of this service's own.
@@ -30,17 +30,18 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from jobwire.engine.events import Histogram
-from jobwire.engine.job import PRIORITY_HIGH, PRIORITY_LOW
+from jobwire.engine.job import PRIORITY_HIGH, PRIORITY_LOW, origin_name
 from jobwire.engine.worker import WorkerState
-from jobwire.server.ojs.http import ERRORS, reply
+from jobwire.server.errors import ERRORS
+from jobwire.server.ojs.http import reply
 
 if TYPE_CHECKING:
     from jobwire.server.ojs.app import OJSService
 
-#: Counters: metric name -> (help, the job events it sums).
+#: Counters: metric name -> (help, the job events it sums: `Tally.by_event`).
 COUNTERS = {
     "jobwire_jobs_submitted": (
-        "Jobs submitted, by queue and function (every protocol)",
+        "Jobs submitted, by queue, function and the protocol they came in by",
         ("job.enqueued", "job.scheduled"),
     ),
     "jobwire_jobs_started": ("Jobs handed to a worker (each attempt)", ("job.started",)),
@@ -50,6 +51,9 @@ COUNTERS = {
     "jobwire_jobs_retried": ("Failed attempts to be run again", ("job.retrying",)),
     "jobwire_jobs_cancelled": ("Jobs cancelled", ("job.cancelled",)),
 }
+#: The job counters' labels: `protocol` is the job's origin (`Job.origin`), so a job started
+#: by an OJS worker but submitted over Gearman counts as protocol="gearman".
+JOB_LABELS = ["queue", "function", "protocol"]
 
 
 #: The engine's integer priorities as the label values Gearman and OJS users know.
@@ -101,16 +105,19 @@ class EngineCollector(Collector):
 
     def _jobs(self) -> Iterator[Metric]:
         events = self.service.events
-        counts = events.counts
+        tallies = [
+            (tally.queue, tally.function, origin_name(tally.origin), tally.by_event())
+            for tally in events.tallies()
+        ]
         for name, (text, kinds) in COUNTERS.items():
-            family = CounterMetricFamily(name, text, labels=["queue", "function"])
-            totals: Counter[tuple[str, str]] = Counter()
-            for kind in kinds:
-                for queue, per_function in counts.get(kind, {}).items():
-                    for function, value in per_function.items():
-                        totals[queue, function] += value
-            for (queue, function), value in sorted(totals.items()):
-                family.add_metric([queue, function], value)
+            family = CounterMetricFamily(name, text, labels=JOB_LABELS)
+            totals: Counter[tuple[str, str, str]] = Counter()
+            for queue, function, protocol, counts in tallies:
+                value = sum(counts[kind] for kind in kinds)
+                if value:
+                    totals[queue, function, protocol] += value
+            for labels, value in sorted(totals.items()):
+                family.add_metric(list(labels), value)
             yield family
         by_protocol = CounterMetricFamily(
             "jobwire_jobs_started_by_protocol",

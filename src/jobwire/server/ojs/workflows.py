@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from jobwire.engine.errors import IllegalTransition
-from jobwire.engine.job import Job, JobState
+from jobwire.engine.job import ORIGIN_WORKFLOW, Job, JobState
 from jobwire.ports import KeyValueStore
 from jobwire.protocols.ojs.envelope import parse_push
 from jobwire.protocols.ojs.errors import OJSError
@@ -230,7 +230,7 @@ class Workflows:
         ext: dict[str, Any] = {"workflow": {"id": flow.id, "step": index}}
         if parents is not None:
             ext["parent_results"] = parents
-        job, _ = self.service.submit(parse_push(flow.steps[index]), ext)
+        job, _ = self.service.submit(parse_push(flow.steps[index]), ext, ORIGIN_WORKFLOW)
         flow.job_ids[index] = job.id
 
     def _start_callback(self, flow: Workflow, name: str) -> None:
@@ -238,7 +238,7 @@ class Workflows:
             "workflow": {"id": flow.id, "callback": name},
             "parent_results": flow.results,
         }
-        job, _ = self.service.submit(parse_push(flow.callbacks[name]), ext)
+        job, _ = self.service.submit(parse_push(flow.callbacks[name]), ext, ORIGIN_WORKFLOW)
         flow.callback_ids[name] = job.id
 
     def _finish(self, flow: Workflow, state: str) -> None:

@@ -64,6 +64,7 @@ from jobwire.protocols.rota import (
     decode_worker_message,
     encode,
 )
+from jobwire.server.errors import count_error
 from jobwire.server.limits import MessageRate
 from jobwire.server.rota.render import job_copy, wants_logs
 
@@ -169,6 +170,8 @@ class RotaConnection:
                     # aiohttp has already closed the socket with the fitting code (1009 for a
                     # frame over the hard limit, 1002 for a broken frame, ...).
                     log.info("%s: %s", self.name, msg.data)
+                    too_big = getattr(msg.data, "code", None) == CloseCode.MESSAGE_TOO_BIG
+                    count_error("ws_message_too_big" if too_big else "ws_protocol_error")
                     break
                 else:  # the worker closed, or we did
                     break
@@ -274,6 +277,7 @@ class RotaConnection:
         if self.closing:
             return
         log.info("%s: closing: %s", self.name, error)
+        count_error("ws_" + error.code)
         self._put(encode(ErrorMessage(error.code, error.message, True, error.job, error.seq)))
         code = error.close_code or CloseCode.POLICY_VIOLATION
         timeout = error.code is ErrorCode.HEARTBEAT_TIMEOUT
@@ -367,10 +371,12 @@ class RotaConnection:
             if exc.fatal:
                 self.fatal(exc)
             else:
+                count_error("ws_" + exc.code)
                 self.send(ErrorMessage(exc.code, exc.message, False, exc.job, exc.seq))
 
     def _refuse(self, code: ErrorCode, message: str, job: str | None, seq: int | None) -> None:
         """A part of a heartbeat the server ignores; the rest still counts."""
+        count_error("ws_" + code)
         self.send(ErrorMessage(code, message, False, job, seq))
 
     def _heartbeat(self, hb: Heartbeat) -> None:

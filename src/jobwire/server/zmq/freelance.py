@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING
 
 from jobwire.engine import Engine, Job, JobState, Output
 from jobwire.engine.errors import QueueFull
+from jobwire.engine.job import ORIGIN_FREELANCE
 from jobwire.protocols.zmq import freelance
 from jobwire.protocols.zmq.frames import FRAME_SIZES, join
+from jobwire.server.errors import count_error
 from jobwire.server.zmq.majordomo import FAILED, error_body, final_body
 
 if TYPE_CHECKING:
@@ -58,6 +60,7 @@ class FreelanceServer:
             message = freelance.decode(frames)
         except freelance.FreelanceError as exc:
             log.info("dropped an invalid Freelance message from %r: %s", identity[:32], exc)
+            count_error("freelance_invalid")
             return
         if isinstance(message, freelance.Ping):
             self.send(identity, freelance.pong(message))
@@ -70,6 +73,7 @@ class FreelanceServer:
                 background=False,
                 subscriber=FreelanceRequest(self, identity, message),
                 ext={FRAME_SIZES: sizes} if sizes else None,
+                origin=ORIGIN_FREELANCE,
             )
         except QueueFull as exc:
             self.send(identity, freelance.reply(message, error_body(FAILED, str(exc))))

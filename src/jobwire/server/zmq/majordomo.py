@@ -29,10 +29,12 @@ from typing import TYPE_CHECKING, Final
 
 from jobwire.engine import Dispatch, Engine, IllegalTransition, Job, JobState, Output
 from jobwire.engine.errors import JobNotHeld, QueueFull
+from jobwire.engine.job import ORIGIN_MAJORDOMO
 from jobwire.engine.worker import WorkerSession
 from jobwire.protocols.zmq import mdp, services
 from jobwire.protocols.zmq.frames import FRAME_SIZES, RESULT_FRAME_SIZES, join, split
 from jobwire.protocols.zmq.mdp import MdpError, Version
+from jobwire.server.errors import count_error
 
 if TYPE_CHECKING:
     from jobwire.server.zmq.server import ZmqServer
@@ -152,6 +154,11 @@ class MajordomoBroker:
     def send(self, identity: bytes, frames: list[bytes]) -> None:
         self.server.router_send(identity, frames)
 
+    def disconnect(self, identity: bytes, version: Version) -> None:
+        """DISCONNECT a peer that broke the protocol (RFC 7: a message out of turn)."""
+        count_error("mdp_disconnect")
+        self.send(identity, mdp.disconnect(version))
+
     # ---------------------------------------------------------------- messages
 
     def handle(self, identity: bytes, frames: list[bytes]) -> None:
@@ -169,7 +176,7 @@ class MajordomoBroker:
         elif isinstance(message, mdp.Heartbeat):
             worker = self.workers.get(identity)
             if worker is None:
-                self.send(identity, mdp.disconnect(message.version))
+                self.disconnect(identity, message.version)
             else:
                 self._alive(worker)
         else:  # Disconnect: the worker leaves; nothing more is sent to it
@@ -180,6 +187,7 @@ class MajordomoBroker:
     def _invalid(self, identity: bytes, why: str) -> None:
         """RFC 7: drop an invalid message and treat its sender as invalid."""
         log.info("dropped an invalid message from %r: %s", identity[:32], why)
+        count_error("mdp_invalid")
         worker = self.workers.get(identity)
         if worker is not None:
             self._remove(worker, "invalid message")
@@ -204,6 +212,7 @@ class MajordomoBroker:
                 background=False,
                 subscriber=pending,
                 ext={FRAME_SIZES: sizes} if sizes else None,
+                origin=ORIGIN_MAJORDOMO,
             )
         except QueueFull as exc:
             self._answer(identity, message, error_body(FAILED, str(exc)))
@@ -244,11 +253,11 @@ class MajordomoBroker:
     def _ready(self, identity: bytes, message: mdp.Ready) -> None:
         known = self.workers.get(identity)
         if known is not None:  # a second READY: valid but unexpected
-            self.send(identity, mdp.disconnect(message.version))
+            self.disconnect(identity, message.version)
             self._remove(known, "second READY")
             return
         if services.is_internal(message.service) or not message.service:
-            self.send(identity, mdp.disconnect(message.version))
+            self.disconnect(identity, message.version)
             return
         worker = MdpWorker(self, identity, message.version, message.service)
         self.workers[identity] = worker
@@ -261,7 +270,7 @@ class MajordomoBroker:
     def _reply(self, identity: bytes, message: mdp.WorkerReply) -> None:
         worker = self.workers.get(identity)
         if worker is None:
-            self.send(identity, mdp.disconnect(message.version))
+            self.disconnect(identity, message.version)
             return
         self._alive(worker)
         try:

@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING
 
 from jobwire.engine import Dispatch, Engine, Job, JobState, Output
 from jobwire.engine.errors import JobNotHeld, QueueFull
+from jobwire.engine.job import ORIGIN_PIRATE
 from jobwire.engine.worker import WorkerSession
 from jobwire.protocols.zmq import ppp
 from jobwire.protocols.zmq.frames import FRAME_SIZES, RESULT_FRAME_SIZES, join, split
 from jobwire.protocols.zmq.ppp import PppError
+from jobwire.server.errors import count_error
 from jobwire.server.zmq.majordomo import FAILED, error_body, final_body
 
 if TYPE_CHECKING:
@@ -103,6 +105,7 @@ class PirateQueue:
             request = ppp.decode_frontend(frames)
         except PppError as exc:
             log.info("dropped an invalid PPP request from %r: %s", identity[:32], exc)
+            count_error("ppp_invalid")
             return
         payload, sizes = join(request.body)
         try:
@@ -112,6 +115,7 @@ class PirateQueue:
                 background=False,
                 subscriber=PirateRequest(self, identity, request.address),
                 ext={FRAME_SIZES: sizes} if sizes else None,
+                origin=ORIGIN_PIRATE,
             )
         except QueueFull as exc:
             self.frontend_send(identity, ppp.request(request.address, error_body(FAILED, str(exc))))
@@ -121,6 +125,7 @@ class PirateQueue:
             message = ppp.decode_backend(frames)
         except PppError as exc:
             log.info("dropped an invalid PPP message from %r: %s", identity[:32], exc)
+            count_error("ppp_invalid")
             return
         worker = self.workers.get(identity)
         if worker is None:

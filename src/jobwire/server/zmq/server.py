@@ -18,6 +18,7 @@ from jobwire.server.runtime import Runtime
 from jobwire.server.zmq.curve import CurveOptions, RoleCheck, start_authenticator
 from jobwire.server.zmq.freelance import FreelanceServer
 from jobwire.server.zmq.majordomo import MajordomoBroker
+from jobwire.server.zmq.monitor import ConnectionMonitor
 from jobwire.server.zmq.pirate import PirateQueue
 from jobwire.server.zmq.sockets import Handler, RouterSocket
 from jobwire.server.zmq.titanic import Titanic
@@ -69,6 +70,8 @@ class ZmqServer:
         self.freelance = FreelanceServer(runtime.engine)
         self.wmp = WmpManager(runtime.engine, options, wmp_identity(options))
         self.router: RouterSocket | None = None
+        #: Open connections per bound ROUTER (`connections`).
+        self.monitors: list[ConnectionMonitor] = []
         self._timers: list[asyncio.TimerHandle] = []
         self._authenticator: ThreadAuthenticator | None = None
 
@@ -114,6 +117,7 @@ class ZmqServer:
                 curve=curve,
                 check=roles.majordomo if roles is not None else None,
             )
+            self._monitor("majordomo", self.router)
             log.info("jobwire listening on %s (zeromq: majordomo, titanic)", self.router.endpoint)
             self._every(options.heartbeat, self.broker.tick)
         if options.ppp_frontend and options.ppp_backend:
@@ -137,6 +141,8 @@ class ZmqServer:
                 curve=curve,
                 check=roles.fixed(WORKER, "pirate backend") if roles is not None else None,
             )
+            self._monitor("ppp", self.pirate.frontend)
+            self._monitor("ppp", self.pirate.backend)
             log.info(
                 "jobwire listening on %s and %s (zeromq: paranoid pirate)",
                 self.pirate.frontend.endpoint,
@@ -156,6 +162,7 @@ class ZmqServer:
                 curve=curve,
                 check=roles.fixed(CLIENT, "freelance") if roles is not None else None,
             )
+            self._monitor("freelance", self.freelance.socket)
             log.info(
                 "jobwire listening on %s (zeromq: freelance, identity %s)",
                 self.freelance.socket.endpoint,
@@ -173,8 +180,19 @@ class ZmqServer:
                 curve=curve,
                 check=roles.wmp(self.wmp.refuse) if roles is not None else None,
             )
+            self._monitor("wmp", self.wmp.socket)
             log.info("jobwire listening on %s (zeromq: wmp)", self.wmp.socket.endpoint)
             self._every(options.wmp_heartbeat, self.wmp.tick)
+
+    def _monitor(self, listener: str, router: RouterSocket) -> None:
+        self.monitors.append(ConnectionMonitor(listener, router.sock, self.runtime.loop))
+
+    def connections(self) -> dict[str, int]:
+        """Open connections by listener (majordomo, ppp, freelance, wmp): the metrics'."""
+        counts: dict[str, int] = {}
+        for monitor in self.monitors:
+            counts[monitor.listener] = counts.get(monitor.listener, 0) + monitor.count
+        return counts
 
     def _every(self, seconds: float, tick: Callable[[], None]) -> None:
         loop = self.runtime.loop
@@ -206,6 +224,8 @@ class ZmqServer:
             self.freelance.socket,
             self.wmp.socket,
         )
+        for monitor in self.monitors:
+            monitor.close()
         for sock in sockets:
             if sock is not None:
                 sock.close()

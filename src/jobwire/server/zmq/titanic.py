@@ -22,6 +22,7 @@ from typing import Final
 
 from jobwire.engine import Engine, IllegalTransition, Job, JobState
 from jobwire.engine.errors import QueueFull
+from jobwire.engine.job import ORIGIN_TITANIC
 from jobwire.ports import KeyValueStore
 from jobwire.protocols.zmq import mdp, services
 from jobwire.protocols.zmq.frames import FRAME_SIZES, RESULT_FRAME_SIZES, join, split
@@ -85,6 +86,7 @@ class Titanic:
                 background=True,
                 job_id=job_id,
                 ext=ext,
+                origin=ORIGIN_TITANIC,
             )
         except QueueFull:
             respond([services.ERROR, b"the queue is full"])

@@ -32,6 +32,7 @@ from jobwire.engine.worker import WorkerSession
 from jobwire.protocols.zmq import wmp
 from jobwire.protocols.zmq.frames import FRAME_SIZES, RESULT_FRAME_SIZES, join, split
 from jobwire.protocols.zmq.wmp import Message, WmpError
+from jobwire.server.errors import count_error
 
 if TYPE_CHECKING:
     from jobwire.server.zmq.server import ZmqOptions
@@ -111,6 +112,7 @@ class WmpManager:
             hops, body = wmp.split_envelope(frames)
         except WmpError as exc:
             log.info("dropped a message from %r: %s", identity[:32], exc)
+            count_error("wmp_invalid")
             return
         path = (identity, *hops)
         try:
@@ -119,8 +121,10 @@ class WmpManager:
         except WmpError as exc:
             if not exc.answerable:
                 log.info("dropped a message from %r: %s", identity[:32], exc)
+                count_error("wmp_invalid")
                 return
             log.info("invalid WMP message from %r: %s", identity[:32], exc)
+            count_error("wmp_error")
             self.send(path, wmp.ERROR, {"reason": exc.reason})
 
     def refuse(self, identity: bytes, frames: list[bytes], reason: str) -> None:
