@@ -10,55 +10,23 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 
+from tests.cluster.conftest import POLL, start_node, start_nodes
 from tests.interop.gearman_raw import DEADLINE, Cmd, GearmanSocket, wait_until
 from tests.interop.gearman_raw import status as status_of
 from tests.ojs.dsl import Runner
-from tests.pg import Schema, new_schema
-from tests.servers import ServerProcess, start_jobwire
+from tests.pg import Schema
+from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.interop
-
-#: Far longer than any wait below: a test that passes did not wait for the poll.
-POLL = "60"
-
-
-@pytest.fixture
-def schema() -> Iterator[Schema]:
-    with new_schema() as made:
-        yield made
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for server in started:
-        if server.proc.poll() is None:
-            os.kill(server.proc.pid, signal.SIGCONT)  # a test may have stopped it
-        server.kill()
-
-
-def start_node(
-    nodes: list[ServerProcess], schema: Schema, *args: str, http: bool = False
-) -> ServerProcess:
-    options = ("--verbose", "INFO", "--cluster-poll", POLL, *args)
-    server = start_jobwire(options, store=schema.dsn, http=http)
-    nodes.append(server)
-    return server
 
 
 def start_cluster(
     nodes: list[ServerProcess], schema: Schema, *args: str, http: bool = False
 ) -> tuple[ServerProcess, ServerProcess]:
-    """Two nodes, each of which knows of the other (it only shares work then)."""
-    first = start_node(nodes, schema, *args, http=http)
-    second = start_node(nodes, schema, *args, http=http)
-    for node in (first, second):
-        wait_until(lambda node=node: "cluster: 2 nodes" in node.log() or None, "nodes meet")
+    first, second = start_nodes(nodes, schema, 2, *args, http=http)
     return first, second
 
 
