@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness import Processes
+from harness import Processes, ensure_venv
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
@@ -527,21 +527,6 @@ def redis_command(db: int, *command: str) -> str:
     if reply.startswith("-"):
         raise RuntimeError(f"redis {' '.join(command)}: {reply}")
     return reply[1:]
-
-
-def ensure_peers_venv() -> None:
-    """Create bench/.venv-peers with the peers' pinned packages (once; a stamp remembers)."""
-    stamp = PEERS_VENV / ".installed"
-    wanted = "\n".join(PEER_REQUIREMENTS)
-    if stamp.exists() and stamp.read_text() == wanted and PEERS_PYTHON.exists():
-        return
-    print(f"setting up {PEERS_VENV.relative_to(REPO)} ...", flush=True)
-    if not PEERS_PYTHON.exists():
-        base = getattr(sys, "_base_executable", sys.executable)
-        subprocess.run([base, "-m", "venv", str(PEERS_VENV)], check=True)
-    pip = [str(PEERS_PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run([*pip, *PEER_REQUIREMENTS], check=True)
-    stamp.write_text(wanted)
 
 
 # ---------------------------------------------------------------------------- one run
@@ -1156,7 +1141,7 @@ def main() -> int:
         else:
             usable.append(system)
     if any(s.family != "jobwire" for s in usable):
-        ensure_peers_venv()
+        ensure_venv(PEERS_VENV, PEER_REQUIREMENTS)
         size = int(redis_command(args.redis_db, "DBSIZE"))
         if size and not args.force_flush:
             raise SystemExit(

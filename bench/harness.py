@@ -469,3 +469,20 @@ def machine_info() -> dict[str, Any]:
         "wakeup_us": round(wakeup_us(), 1),
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+def ensure_venv(venv: Path, requirements: Sequence[str]) -> None:
+    """A bench venv holding the peers' pinned packages (made once; a stamp file remembers
+    what it holds, so a changed pin installs again)."""
+    python = venv / "bin" / "python"
+    stamp = venv / ".installed"
+    wanted = "\n".join(requirements)
+    if stamp.exists() and stamp.read_text() == wanted and python.exists():
+        return
+    print(f"setting up {venv} ...", flush=True)
+    if not python.exists():
+        base = getattr(sys, "_base_executable", sys.executable)
+        subprocess.run([base, "-m", "venv", str(venv)], check=True)
+    pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    subprocess.run([*pip, *requirements], check=True)
+    stamp.write_text(wanted)

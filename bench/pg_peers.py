@@ -69,7 +69,7 @@ REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 from e2e import Group, managed_group, percentile, read_counters, record, tree_cpu  # noqa: E402
-from harness import free_port  # noqa: E402
+from harness import ensure_venv, free_port  # noqa: E402
 
 PEERS_VENV = BENCH / ".venv-pg-peers"
 PEERS_PYTHON = PEERS_VENV / "bin" / "python"
@@ -790,25 +790,10 @@ def systems_of(args: argparse.Namespace) -> list[System]:
     return out
 
 
-def ensure_peers_venv() -> None:
-    """bench/.venv-pg-peers with the peers' pinned packages (once; a stamp remembers)."""
-    stamp = PEERS_VENV / ".installed"
-    wanted = "\n".join(PEER_REQUIREMENTS)
-    if stamp.exists() and stamp.read_text() == wanted and PEERS_PYTHON.exists():
-        return
-    print(f"setting up {PEERS_VENV.relative_to(REPO)} ...", flush=True)
-    if not PEERS_PYTHON.exists():
-        base = getattr(sys, "_base_executable", sys.executable)
-        subprocess.run([base, "-m", "venv", str(PEERS_VENV)], check=True)
-    pip = [str(PEERS_PYTHON), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run([*pip, *PEER_REQUIREMENTS], check=True)
-    stamp.write_text(wanted)
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     systems = systems_of(args)
     if any(s.family != "jobwire" for s in systems):
-        ensure_peers_venv()
+        ensure_venv(PEERS_VENV, PEER_REQUIREMENTS)
     phases = args.phases.split(",")
     results: list[Result] = []
     ceiling_rows: list[dict[str, float]] = []
