@@ -88,6 +88,28 @@ def test_one_fetch_on_a_node_gets_a_job_pushed_on_another(
     assert "claiming for a fetch failed" not in second.log()
 
 
+def test_a_fetch_claims_no_more_shared_jobs_than_it_misses(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_cluster(nodes, schema, http=True)
+    pusher = Runner(f"http://127.0.0.1:{first.http_port}")
+    fetcher = Runner(f"http://127.0.0.1:{second.http_port}")
+    ids = []
+    for n in range(3):
+        pushed = pusher.request(
+            "POST", "/ojs/v1/jobs", {"type": "report", "args": [n], "options": {"queue": "q2"}}
+        )
+        assert pushed.status == 201, pushed.raw
+        ids.append(pushed.body["job"]["id"])
+    assert schema.rows("SELECT count(*) FROM {schema}.jobs WHERE owner IS NULL") == [(3,)]
+    fetched = fetcher.request("POST", "/ojs/v1/workers/fetch", {"queues": ["q2"], "count": 1})
+    assert [job["id"] for job in fetched.body["jobs"]] == ids[:1], fetched.raw  # oldest first
+    owned = "SELECT count(*) FROM {schema}.jobs WHERE owner IS NOT NULL"
+    assert schema.rows(owned) == [(1,)]  # one claim statement, LIMIT 1
+    rest = fetcher.request("POST", "/ojs/v1/workers/fetch", {"queues": ["q2"], "count": 5})
+    assert [job["id"] for job in rest.body["jobs"]] == ids[1:], rest.raw
+
+
 def test_a_fetch_answers_with_what_it_has_when_the_shared_queue_is_unreachable(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:

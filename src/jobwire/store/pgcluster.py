@@ -87,15 +87,20 @@ WITH dead AS (
 SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM requeued),
     (SELECT count(pg_notify(%s, name)) FROM names)
 """
+# The rows are picked once, in a materialized CTE: as a plain `IN (subquery)` the planner may
+# rescan the subquery for each row it updates, and each rescan skips the rows this very
+# statement already took and locks the next ones, so LIMIT no longer bounds the claim.
 _CLAIM = """
-UPDATE jobs SET owner = %(node)s
-WHERE seq IN (
+WITH picked AS MATERIALIZED (
     SELECT seq FROM jobs
     WHERE owner IS NULL AND {column} = %(name)s AND state <> {pending}
     AND (run_at IS NULL OR run_at <= %(now)s)
     ORDER BY priority DESC, created_at, seq
     LIMIT %(limit)s FOR UPDATE SKIP LOCKED
-) AND owner IS NULL AND EXISTS (SELECT 1 FROM nodes WHERE id = %(node)s)
+)
+UPDATE jobs SET owner = %(node)s
+WHERE seq IN (SELECT seq FROM picked)
+AND owner IS NULL AND EXISTS (SELECT 1 FROM nodes WHERE id = %(node)s)
 RETURNING {stored}, client_node
 """
 #: Claim up to `limit` unowned jobs of a function (or of a queue), the best first.
