@@ -545,12 +545,14 @@ class ClusterNode:
                         idle = len(fn.waiters) + len(asked.get(name, ())) - fn.available
                         await self._claim(CLAIM_BY_FUNCTION, "f" + name, name, idle)
                 now = time.monotonic()
-                for queue, (missing, until) in list(self._queues.items()):
+                for queue in list(self._queues):
+                    interest = self._queues.get(queue)  # as of now: a fetch may have claimed
+                    if interest is None or queue in self._fetching:
+                        continue  # or claims for it right now
+                    missing, until = interest
                     if until <= now:
                         del self._queues[queue]
                         continue
-                    if queue in self._fetching:
-                        continue  # a fetch claims for it right now
                     info = self.engine.queues.get(queue)
                     queued = info.available if info is not None else 0
                     await self._claim(CLAIM_BY_QUEUE, "q" + queue, queue, missing - queued)
