@@ -62,7 +62,7 @@ def test_a_job_submitted_on_one_node_wakes_a_sleeping_worker_on_another(
     assert "claiming failed" not in second.log()
 
 
-def test_a_job_pushed_over_ojs_on_one_node_is_fetched_on_another(
+def test_one_fetch_on_a_node_gets_a_job_pushed_on_another(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:
     first, second = start_cluster(nodes, schema, http=True)
@@ -73,17 +73,55 @@ def test_a_job_pushed_over_ojs_on_one_node_is_fetched_on_another(
     )
     assert pushed.status == 201, pushed.raw
     job_id = pushed.body["job"]["id"]
-
-    def fetched() -> dict[str, object] | None:
-        reply = fetcher.request("POST", "/ojs/v1/jobs/fetch", {"queues": ["q1"], "count": 1})
-        assert reply.status == 200, reply.raw
-        jobs = reply.body["jobs"]
-        return jobs[0] if jobs else None
-
-    job = wait_until(fetched, "the job fetched on the second node")
-    assert (job["id"], job["args"], job["attempt"]) == (job_id, [7], 1)
-    acked = fetcher.request("POST", f"/ojs/v1/jobs/{job_id}/ack", {"result": {"ok": 1}})
+    # No worker on the first node: the job waits in the shared queue, and the second node
+    # polls it only every minute, so only the fetch's own claim can find it.
+    assert schema.rows("SELECT owner IS NULL FROM {schema}.jobs") == [(True,)]
+    fetched = fetcher.request("POST", "/ojs/v1/workers/fetch", {"queues": ["q1"], "count": 2})
+    assert fetched.status == 200, fetched.raw
+    jobs = fetched.body["jobs"]
+    assert [(job["id"], job["args"], job["attempt"]) for job in jobs] == [(job_id, [7], 1)]
+    acked = fetcher.request("POST", "/ojs/v1/workers/ack", {"job_id": job_id, "result": {"ok": 1}})
     assert acked.status == 200, acked.raw
+    done = fetcher.request("GET", f"/ojs/v1/jobs/{job_id}")
+    assert (done.status, done.body["job"]["state"]) == (200, "completed"), done.raw
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "gone")
+    assert "claiming for a fetch failed" not in second.log()
+
+
+def test_a_fetch_claims_no_more_shared_jobs_than_it_misses(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_cluster(nodes, schema, http=True)
+    pusher = Runner(f"http://127.0.0.1:{first.http_port}")
+    fetcher = Runner(f"http://127.0.0.1:{second.http_port}")
+    ids = []
+    for n in range(3):
+        pushed = pusher.request(
+            "POST", "/ojs/v1/jobs", {"type": "report", "args": [n], "options": {"queue": "q2"}}
+        )
+        assert pushed.status == 201, pushed.raw
+        ids.append(pushed.body["job"]["id"])
+    assert schema.rows("SELECT count(*) FROM {schema}.jobs WHERE owner IS NULL") == [(3,)]
+    fetched = fetcher.request("POST", "/ojs/v1/workers/fetch", {"queues": ["q2"], "count": 1})
+    assert [job["id"] for job in fetched.body["jobs"]] == ids[:1], fetched.raw  # oldest first
+    owned = "SELECT count(*) FROM {schema}.jobs WHERE owner IS NOT NULL"
+    assert schema.rows(owned) == [(1,)]  # one claim statement, LIMIT 1
+    rest = fetcher.request("POST", "/ojs/v1/workers/fetch", {"queues": ["q2"], "count": 5})
+    assert [job["id"] for job in rest.body["jobs"]] == ids[1:], rest.raw
+
+
+def test_a_fetch_answers_with_what_it_has_when_the_shared_queue_is_unreachable(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    _first, second = start_cluster(nodes, schema, http=True)
+    fetcher = Runner(f"http://127.0.0.1:{second.http_port}")
+    schema.go_away()
+    try:
+        fetched = fetcher.request("POST", "/ojs/v1/workers/fetch", {"queues": ["q1"]})
+        assert (fetched.status, fetched.body["jobs"]) == (200, []), fetched.raw
+        assert "claiming for a fetch failed" in second.log()
+    finally:
+        schema.come_back()
 
 
 def test_a_killed_node_s_running_jobs_run_again_elsewhere_once_with_the_attempt_counted(

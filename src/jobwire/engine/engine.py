@@ -14,7 +14,7 @@ import logging
 import socket
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -204,6 +204,10 @@ class Engine:
         #: claims shared jobs for them (`replay` loads what it claims). None: no cluster.
         self.on_idle_worker: Callable[[WorkerSession], None] | None = None
         self.on_short_fetch: Callable[[Sequence[str], int], None] | None = None
+        #: A cluster with other nodes: claims up to `missing` shared jobs of the queues into
+        #: this engine now, answering how many; a fetch that came back short awaits it and
+        #: takes again before it answers. None: no cluster, the fetch answers at once.
+        self.claim_for_fetch: Callable[[Sequence[str], int], Awaitable[int]] | None = None
 
     # ------------------------------------------------------------------ ids and registry
 

@@ -87,15 +87,20 @@ WITH dead AS (
 SELECT (SELECT count(*) FROM dead), (SELECT count(*) FROM requeued),
     (SELECT count(pg_notify(%s, name)) FROM names)
 """
+# The rows are picked once, in a materialized CTE: as a plain `IN (subquery)` the planner may
+# rescan the subquery for each row it updates, and each rescan skips the rows this very
+# statement already took and locks the next ones, so LIMIT no longer bounds the claim.
 _CLAIM = """
-UPDATE jobs SET owner = %(node)s
-WHERE seq IN (
+WITH picked AS MATERIALIZED (
     SELECT seq FROM jobs
     WHERE owner IS NULL AND {column} = %(name)s AND state <> {pending}
     AND (run_at IS NULL OR run_at <= %(now)s)
     ORDER BY priority DESC, created_at, seq
     LIMIT %(limit)s FOR UPDATE SKIP LOCKED
-) AND owner IS NULL AND EXISTS (SELECT 1 FROM nodes WHERE id = %(node)s)
+)
+UPDATE jobs SET owner = %(node)s
+WHERE seq IN (SELECT seq FROM picked)
+AND owner IS NULL AND EXISTS (SELECT 1 FROM nodes WHERE id = %(node)s)
 RETURNING {stored}, client_node
 """
 #: Claim up to `limit` unowned jobs of a function (or of a queue), the best first.
@@ -187,6 +192,9 @@ class ClusterNode:
         # Workers that asked and found nothing (a grab without sleeping), by function.
         self._asked: dict[str, set[str]] = {}
         self._queues: dict[str, tuple[int, float]] = {}
+        # Queues a fetch is claiming for while it waits, and by how many fetches: the
+        # background claims leave them alone meanwhile, so nothing is claimed twice over.
+        self._fetching: dict[str, int] = {}
         # Claims that found less than they asked for (the shared queue had no more): no claim
         # for them again before a notification or a poll.
         self._dry: set[str] = set()
@@ -212,6 +220,7 @@ class ClusterNode:
         engine = self.engine
         engine.on_idle_worker = self._idle_worker
         engine.on_short_fetch = self._short_fetch
+        engine.claim_for_fetch = self.claim_for_fetch
         self.store.releases = self._releases
         self.store.keys_low = self._keys_low
         self.store.on_abandon.append(self._abandon)
@@ -230,6 +239,7 @@ class ClusterNode:
         self._closed = True
         self.engine.on_idle_worker = None
         self.engine.on_short_fetch = None
+        self.engine.claim_for_fetch = None
         if self._observed in self.engine.observers:
             self.engine.observers.remove(self._observed)
         self.store.releases = None
@@ -535,7 +545,11 @@ class ClusterNode:
                         idle = len(fn.waiters) + len(asked.get(name, ())) - fn.available
                         await self._claim(CLAIM_BY_FUNCTION, "f" + name, name, idle)
                 now = time.monotonic()
-                for queue, (missing, until) in list(self._queues.items()):
+                for queue in list(self._queues):
+                    interest = self._queues.get(queue)  # as of now: a fetch may have claimed
+                    if interest is None or queue in self._fetching:
+                        continue  # or claims for it right now
+                    missing, until = interest
                     if until <= now:
                         del self._queues[queue]
                         continue
@@ -549,9 +563,14 @@ class ClusterNode:
         except Exception as exc:
             log.warning("cluster: claiming failed: %s", _reason(exc))
 
-    async def _claim(self, statement: str, key: str, name: str, wanted: int) -> None:
-        if wanted <= 0 or key in self._dry:
-            return
+    async def _claim(
+        self, statement: str, key: str, name: str, wanted: int, *, even_dry: bool = False
+    ) -> int:
+        """Claim up to `wanted` shared jobs of a function or queue into the engine: how many.
+        A key found dry is skipped until a notification, unless `even_dry` (a fetch waiting,
+        which must not miss a job whose notification is still on its way)."""
+        if wanted <= 0 or (key in self._dry and not even_dry):
+            return 0
         limit = min(wanted, CLAIM_MAX)
         parameters = {"node": self.node, "name": name, "now": time.time(), "limit": limit}
         notes = self._notes
@@ -560,6 +579,48 @@ class ClusterNode:
             self._dry.add(key)  # nothing more is waiting: look again when told
         if rows:
             self.load(rows)
+        return len(rows)
+
+    async def claim_for_fetch(self, queues: Sequence[str], missing: int) -> int:
+        """For a fetch by queue that found fewer jobs than it asked for: claim up to
+        `missing` shared jobs of `queues`, in order, into the engine now, and answer how many
+        (the fetch then takes them). Alone, nothing is shared: no round trip. A fetch that
+        goes away meanwhile does not stop the claim: what it claimed stays queued here."""
+        if self._closed or not self.peers or self._loop is None:
+            return 0
+        names = list(queues)
+        for queue in names:  # before the background claim this fetch set off gets to run
+            self._fetching[queue] = self._fetching.get(queue, 0) + 1
+        claiming = self._loop.create_task(self._claim_for_fetch(names, missing))
+        return await asyncio.shield(claiming)
+
+    async def _claim_for_fetch(self, queues: list[str], missing: int) -> int:
+        claimed = 0
+        try:
+            for queue in queues:
+                info = self.engine.queues.get(queue)
+                if info is not None and info.paused:
+                    continue
+                queued = info.available if info is not None else 0  # held back by a limit
+                got = await self._claim(
+                    CLAIM_BY_QUEUE, "q" + queue, queue, missing - claimed - queued, even_dry=True
+                )
+                claimed += got
+                interest = self._queues.get(queue)
+                if interest is not None and got:  # what the background claim need not
+                    self._queues[queue] = (max(0, interest[0] - got), interest[1])
+                if claimed >= missing:
+                    break
+        except Exception as exc:  # the fetch answers with what there is
+            log.warning("cluster: claiming for a fetch failed: %s", _reason(exc))
+        finally:
+            for queue in queues:
+                left = self._fetching[queue] - 1
+                if left:
+                    self._fetching[queue] = left
+                else:
+                    del self._fetching[queue]
+        return claimed
 
     def load(self, rows: list[tuple[Any, ...]]) -> None:
         """Claimed rows into the engine, best first, through replay; a foreground job's

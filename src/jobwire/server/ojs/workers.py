@@ -216,7 +216,18 @@ class WorkerRoutes:
         lease = positive_int(body, "visibility_timeout_ms")
         if session.state is not WorkerState.RUNNING:
             return reply({"jobs": []})
-        jobs = self._lease(names, count, session, lease / 1000 if lease else None)
+        seconds = lease / 1000 if lease else None
+        jobs = self._lease(names, count, session, seconds)
+        # A cluster node: jobs pushed on other nodes wait in the shared queue; claim what is
+        # missing now, so that this fetch (not the next one) gets them.
+        claim = self.engine.claim_for_fetch
+        if (
+            claim is not None
+            and len(jobs) < count
+            and session.has_room
+            and await claim(names, count - len(jobs))
+        ):
+            jobs += self._lease(names, count - len(jobs), session, seconds)
         rendered = [job_json(job) for job in jobs]
         out: dict[str, Any] = {"jobs": rendered}
         if rendered:
