@@ -254,6 +254,11 @@ def test_a_dead_worker_behind_a_live_one_expires_too(server: ServerProcess, peer
     live = peers.worker(b"svc")
     peers.worker(b"svc")  # then silent
     end = time.monotonic() + DEADLINE
+    # Both registered first: else the count of 1 could be the live one alone, before the
+    # silent one's READY arrived.
+    while time.monotonic() < end and status(server).get("svc", (0, 0, 0))[2] != 2:
+        live.send(mdp.heartbeat(V1))
+        time.sleep(0.05)
     while time.monotonic() < end and status(server).get("svc", (0, 0, 0))[2] != 1:
         live.send(mdp.heartbeat(V1))  # the older worker stays alive
         time.sleep(0.05)
