@@ -253,6 +253,7 @@ class ServerSpec:
     #: jobwire: also the HTTP listener (on a free port): the OJS service, its event log and
     #: metrics, the dashboard, as most servers run (the "-http" servers).
     http: bool = False
+    args: tuple[str, ...] = ()  # jobwire: more options for `jobwire serve`
 
     def command(self, port: int, workdir: Path) -> list[str]:
         if self.kind == "gearmand":
@@ -269,7 +270,7 @@ class ServerSpec:
         cmd = [*cmd, *JOBWIRE_EXTRA_ARGS]
         if self.http:
             cmd += ["--http-port", str(free_port())]
-        return cmd
+        return [*cmd, *self.args]
 
 
 GEARMAND_DEFAULT = ServerSpec("gearmand", "gearmand")
@@ -280,6 +281,15 @@ JOBWIRE_MEMORY_PURE = ServerSpec("jobwire-memory-pure", "jobwire", store="memory
 #: With the HTTP listener (metrics and the event log on): compare with the two above in one run.
 JOBWIRE_MEMORY_HTTP = ServerSpec("jobwire-memory-http", "jobwire", store="memory", http=True)
 JOBWIRE_SQLITE_HTTP = ServerSpec("jobwire-sqlite-http", "jobwire", store="sqlite", http=True)
+#: HTTP on without the event log: /metrics counting alone, against the "-http" servers (both)
+#: and the plain ones (neither).
+NO_EVENT_LOG = ("--event-log-size", "0")
+JOBWIRE_MEMORY_METRICS = ServerSpec(
+    "jobwire-memory-metrics", "jobwire", store="memory", http=True, args=NO_EVENT_LOG
+)
+JOBWIRE_SQLITE_METRICS = ServerSpec(
+    "jobwire-sqlite-metrics", "jobwire", store="sqlite", http=True, args=NO_EVENT_LOG
+)
 
 
 @dataclass

@@ -35,8 +35,10 @@ from harness import (
     GEARMAND_T1,
     JOBWIRE_MEMORY,
     JOBWIRE_MEMORY_HTTP,
+    JOBWIRE_MEMORY_METRICS,
     JOBWIRE_SQLITE,
     JOBWIRE_SQLITE_HTTP,
+    JOBWIRE_SQLITE_METRICS,
     OUT,
     Processes,
     ServerSpec,
@@ -54,6 +56,8 @@ SERVERS = {
         JOBWIRE_SQLITE,
         JOBWIRE_MEMORY_HTTP,
         JOBWIRE_SQLITE_HTTP,
+        JOBWIRE_MEMORY_METRICS,
+        JOBWIRE_SQLITE_METRICS,
     )
 }
 START_DEADLINE = 600.0  # Python under valgrind takes a while to import and listen (more when busy)

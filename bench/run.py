@@ -39,9 +39,11 @@ from harness import (
     GEARMAND_T1,
     JOBWIRE_MEMORY,
     JOBWIRE_MEMORY_HTTP,
+    JOBWIRE_MEMORY_METRICS,
     JOBWIRE_MEMORY_PURE,
     JOBWIRE_SQLITE,
     JOBWIRE_SQLITE_HTTP,
+    JOBWIRE_SQLITE_METRICS,
     OUT,
     BenchResult,
     Processes,
@@ -118,8 +120,21 @@ SCENARIOS: list[Scenario] = [
 SCENARIO_NAMES = [s.name for s in SCENARIOS]
 SERVER_GROUPS = ["gearmand", "jobwire-memory", "jobwire-sqlite"]
 #: Also accepted by --servers: jobwire-memory with the hot modules' pure-Python sources, and
-#: both stores with the HTTP listener on (metrics, the event log; the on/off comparison).
-EXTRA_GROUPS = ["jobwire-memory-pure", "jobwire-memory-http", "jobwire-sqlite-http"]
+#: both stores with the HTTP listener on (metrics and the event log: "-http"; metrics without
+#: the event log: "-metrics"), for the on/off comparison.
+JOBWIRE_SPECS = {
+    spec.name: spec
+    for spec in (
+        JOBWIRE_MEMORY,
+        JOBWIRE_SQLITE,
+        JOBWIRE_MEMORY_PURE,
+        JOBWIRE_MEMORY_HTTP,
+        JOBWIRE_SQLITE_HTTP,
+        JOBWIRE_MEMORY_METRICS,
+        JOBWIRE_SQLITE_METRICS,
+    )
+}
+EXTRA_GROUPS = [name for name in JOBWIRE_SPECS if name not in SERVER_GROUPS]
 
 
 @dataclass
@@ -239,16 +254,8 @@ def server_specs(groups: list[str], gearmand_threads: list[str]) -> list[ServerS
                     specs.append(GEARMAND_T1)
                 else:
                     specs.append(ServerSpec(f"gearmand -t{threads}", "gearmand", int(threads)))
-        elif group == "jobwire-memory":
-            specs.append(JOBWIRE_MEMORY)
-        elif group == "jobwire-sqlite":
-            specs.append(JOBWIRE_SQLITE)
-        elif group == "jobwire-memory-http":
-            specs.append(JOBWIRE_MEMORY_HTTP)
-        elif group == "jobwire-sqlite-http":
-            specs.append(JOBWIRE_SQLITE_HTTP)
-        elif group == "jobwire-memory-pure":
-            specs.append(JOBWIRE_MEMORY_PURE)
+        elif group in JOBWIRE_SPECS:
+            specs.append(JOBWIRE_SPECS[group])
         else:
             choices = ", ".join(SERVER_GROUPS + EXTRA_GROUPS)
             raise SystemExit(f"unknown server {group!r}: choose from {choices}")
@@ -458,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--servers",
         default=",".join(SERVER_GROUPS),
-        help="comma-separated: gearmand, jobwire-memory, jobwire-sqlite, jobwire-memory-pure",
+        help="comma-separated, of: " + ", ".join(SERVER_GROUPS + EXTRA_GROUPS),
     )
     parser.add_argument(
         "--gearmand-threads",

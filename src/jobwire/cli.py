@@ -146,6 +146,14 @@ def _setup_logging(log_file: str, verbose: str, syslog: bool = False) -> None:
     "start-up.",
 )
 @click.option(
+    "--event-log-size",
+    type=click.IntRange(min=0),
+    default=10_000,
+    show_default=True,
+    help="Job events kept for GET /ojs/v1/events, the dashboard and the snapshot in the "
+    "store; 0 keeps none (the counters of /metrics go on).",
+)
+@click.option(
     "--retain-finished",
     type=float,
     default=None,
@@ -521,6 +529,7 @@ def serve(
     allow_reset: bool,
     heartbeat_timeout: float,
     cron_catch_up: str,
+    event_log_size: int,
     retain_finished: float | None,
     store: str,
     node_lease: float,
@@ -710,6 +719,7 @@ def serve(
             heartbeat_timeout=heartbeat_timeout,
             cron_catch_up=cron_catch_up,
             cors_origins=tuple(cors_origins),
+            event_log_size=event_log_size,
         ),
         rota=RotaOptions(
             heartbeat_timeout=rota_heartbeat_timeout,

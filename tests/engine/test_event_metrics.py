@@ -3,7 +3,10 @@ wait and run time histograms, fed by the engine's transitions."""
 
 from __future__ import annotations
 
-from jobwire.engine.events import TIME_BUCKETS, EventLog, Histogram
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jobwire.engine.events import TIME_BUCKETS, EventLog, Histogram, TimeHistogram
 from tests.engine.fakes import Harness
 
 
@@ -14,6 +17,26 @@ def test_histogram_counts_each_value_in_its_bucket() -> None:
     assert hist.counts == [2, 1, 1]  # <= 1, <= 2, the rest
     assert hist.total == 10.0
     assert len(Histogram().counts) == len(TIME_BUCKETS) + 1
+
+
+@given(
+    st.lists(
+        st.sampled_from(TIME_BUCKETS)
+        | st.floats(min_value=0.0, max_value=10_000.0)
+        | st.floats(min_value=0.0, max_value=0.01),
+        max_size=30,
+    )
+)
+def test_the_time_histogram_counts_as_the_general_one(values: list[float]) -> None:
+    """`TimeHistogram` writes the bounds out as constants: it must bucket as `Histogram`
+    over `TIME_BUCKETS` does, values on a bound included."""
+    fast, general = TimeHistogram(), Histogram(TIME_BUCKETS)
+    for value in values:
+        fast.observe(value)
+        general.observe(value)
+    assert fast.counts == general.counts
+    assert fast.total == general.total
+    assert fast.bounds == general.bounds
 
 
 def test_events_are_counted_by_queue_and_function_with_wait_and_run_times() -> None:

@@ -143,7 +143,7 @@ def test_finish_observers_hear_only_finished_jobs_after_the_observers(h: Harness
     heard: list[tuple[str, str]] = []
     h.engine.observers.append(lambda event, job: heard.append(("every", event)))
     h.engine.finish_observers.append(lambda event, job: heard.append(("finish", event)))
-    job, _ = h.engine.submit("f", b"")
+    job, _ = h.engine.submit("f", b"", ext={"ojs": True})
     h.engine.cancel(job)
     assert heard == [
         ("every", "job.enqueued"),
@@ -152,9 +152,21 @@ def test_finish_observers_hear_only_finished_jobs_after_the_observers(h: Harness
     ]
 
 
+def test_finish_observers_hear_only_of_jobs_with_adapter_options(h: Harness) -> None:
+    """A plain job (no `Job.ext`: a Gearman job, say) costs the finish observers nothing."""
+    heard: list[str] = []
+    h.engine.finish_observers.append(lambda event, job: heard.append(job.id))
+    plain, _ = h.engine.submit("f", b"")
+    h.engine.cancel(plain)
+    with_options, _ = h.engine.submit("f", b"", ext={"ojs": True})
+    h.engine.cancel(with_options)
+    assert heard == [with_options.id]
+
+
 def test_the_event_log_comes_first_and_its_failure_undoes_nothing(h: Harness) -> None:
     log = EventLog(10, clock=h.clock)
-    log.wait_times.counts = []  # makes observing a job.started raise (IndexError)
+    # Makes observing a job.started raise (the harness's workers' protocol is "test").
+    log._started_by_protocol["test"] = "broken"  # type: ignore[assignment]
     h.engine.event_log = log
     heard: list[tuple[str, int]] = []  # (event, the log's last sequence number by then)
     h.engine.observers.append(lambda event, job: heard.append((event, log.last_seq)))

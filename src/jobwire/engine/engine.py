@@ -196,8 +196,9 @@ class Engine:
         self.event_log: EventLog | None = None
         #: Anything else to call after each job transition.
         self.observers: list[JobObserver] = []
-        #: Dead letter, workflows...: called after the observers when a job finishes
-        #: (completed, cancelled, discarded), so they cost the other transitions nothing.
+        #: Dead letter, workflows, Titanic: called after the observers when a job that
+        #: carries an adapter's options (`Job.ext`) finishes (completed, cancelled,
+        #: discarded), so they cost the other transitions, and plain jobs, nothing.
         self.finish_observers: list[JobObserver] = []
         #: A cluster (`jobwire.store.pgcluster`): told when a worker waits for work of its
         #: functions, and when a fetch by queue found fewer jobs than asked for, so that it
@@ -919,7 +920,8 @@ class Engine:
         if self.event_log is not None or self.observers or self.finish_observers:
             name = _FINISH_EVENTS[state]
             self._observe(name, job)
-            self._tell_observers(self.finish_observers, name, job)
+            if job.ext is not None and self.finish_observers:
+                self._tell_observers(self.finish_observers, name, job)
 
     def _on_forget(self, _owner: object, when: float) -> None:
         finished = self._finished

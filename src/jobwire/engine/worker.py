@@ -6,6 +6,7 @@ from enum import IntEnum, StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from jobwire.engine.events import Count
     from jobwire.engine.job import Job
     from jobwire.engine.lanes import Lane
 
@@ -79,7 +80,7 @@ class WorkerSession:
         self.name = "-"  # Gearman client id, OJS hostname, ...
         #: The event log's counter of jobs started by workers of its protocol (metrics),
         #: found once per session.
-        self.started: list[int] | None = None
+        self.started: Count | None = None
         self.abilities: dict[str, float | None] = {}  # function -> lease timeout (s) or None
         self._queues: frozenset[str] | None = None  # restrict to these queues; None: any
         # The lanes it may take jobs from, as of the engine's `lanes_version` (the engine's

@@ -29,7 +29,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from jobwire.engine.events import Histogram
+from jobwire.engine.events import Histogram, TimeHistogram
 from jobwire.engine.job import PRIORITY_HIGH, PRIORITY_LOW, origin_name
 from jobwire.engine.worker import WorkerState
 from jobwire.server.errors import ERRORS
@@ -65,7 +65,7 @@ def priority_name(priority: int) -> str:
     return "normal"
 
 
-def histogram(name: str, text: str, hist: Histogram) -> HistogramMetricFamily:
+def histogram(name: str, text: str, hist: Histogram | TimeHistogram) -> HistogramMetricFamily:
     """A histogram family from per-bucket counts (cumulated here, at scrape time)."""
     cumulative = list(accumulate(hist.counts))
     buckets = [(_bound(b), c) for b, c in zip(hist.bounds, cumulative, strict=False)]
