@@ -191,7 +191,9 @@ class Engine:
         # Numbers up to this one may have been given out before a restart: the journal
         # keeps it, raised a block at a time (`_reserve_numbers`), so no id is ever reused.
         self._numbers_reserved = 0
-        self._finished: deque[tuple[float, Job]] = deque()
+        #: Finished jobs kept for status queries (`retain_finished`), oldest first: each
+        #: is forgotten `retain_finished` seconds after its `finished_at`.
+        self._finished: deque[Job] = deque()
         #: Recorded first after each job transition; a direct call, as it runs for every job.
         self.event_log: EventLog | None = None
         #: Anything else to call after each job transition.
@@ -909,12 +911,11 @@ class Engine:
             self._journal.job_removed(job)
         if self.config.retain_finished > 0:
             finished = self._finished
-            finished.append((now + self.config.retain_finished, job))
+            finished.append(job)
             if len(finished) == 1:
                 self.timers.add(now + self.config.retain_finished, self._on_forget, None)
             elif len(finished) > self.config.retain_finished_max:
-                _, oldest = finished.popleft()
-                self.jobs.discard(oldest)
+                self.jobs.discard(finished.popleft())
         else:
             self.jobs.discard(job)
         if self.event_log is not None or self.observers or self.finish_observers:
@@ -924,12 +925,13 @@ class Engine:
                 self._tell_observers(self.finish_observers, name, job)
 
     def _on_forget(self, _owner: object, when: float) -> None:
-        finished = self._finished
-        while finished and finished[0][0] <= when:
-            _, job = finished.popleft()
-            self.jobs.discard(job)
-        if finished:
-            self.timers.add(finished[0][0], self._on_forget, None)
+        finished, retain = self._finished, self.config.retain_finished
+        while finished:
+            forget_at = (finished[0].finished_at or 0.0) + retain
+            if forget_at > when:
+                self.timers.add(forget_at, self._on_forget, None)
+                return
+            self.jobs.discard(finished.popleft())
 
     def expire(self, job: Job, reason: str = "expired") -> None:
         """Discard a job that did not start in time (OJS `expires_at`); it never runs.

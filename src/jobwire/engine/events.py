@@ -312,7 +312,7 @@ class EventLog:
             or job.origin != tally.origin
         ):
             tally = self._last_tally = self._tally_of(job)
-        ran: float | None = None
+        ran = -1.0  # seconds it ran (an end); -1: none (a native float: no box unless kept)
         worker_name: str | None = None
         if event == "job.enqueued":
             tally.enqueued += 1
@@ -361,16 +361,16 @@ class EventLog:
         self._queues[slot] = job.queue
         self._attempts[slot] = job.attempts
         self._states[slot] = job.state
-        self._durations[slot] = ran
+        self._durations[slot] = ran if ran >= 0.0 else None
         self._workers[slot] = worker_name
         self._records[slot] = None
         self._advance()
 
-    def _ran(self, job: Job, finished: float | None) -> float | None:
-        """How long the job ran, into the run time histogram (None: it never started)."""
+    def _ran(self, job: Job, finished: float | None) -> float:
+        """How long the job ran, into the run time histogram (-1: it never started)."""
         started = job.started_at
         if started is None:
-            return None
+            return -1.0
         ran = (finished or self.clock()) - started
         self.run_times.observe(ran)
         return ran
