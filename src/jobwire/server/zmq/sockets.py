@@ -27,13 +27,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from zmq.backend import Socket as _BackendSocket
 from zmq.backend import zmq_poll
 
 import zmq
-from jobwire.server.zmq.wholemessages import recv_message, send_message
+from jobwire.server.zmq.wholemessages import RecvMessage, SendMessage, recv_message, send_message
 
 if TYPE_CHECKING:
     from jobwire.server.zmq.curve import Check, CurveOptions
@@ -91,8 +91,12 @@ class RouterSocket:
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         # int(): pyzmq types the option as int | bytes | str (the build may lack pyzmq too).
         self._fd = int(sock.getsockopt(zmq.FD))
-        #: libzmq's socket, for whole-message calls (0: pyzmq's per-frame calls).
-        self._underlying = int(sock.underlying) if recv_message is not None else 0
+        #: Whole-message calls (None: pyzmq's per-frame calls), kept on the socket with
+        #: libzmq's socket as pyzmq gives it (`underlying`, a Python int): as a compiled
+        #: int it would be boxed again on every call, and a module global is a dict lookup.
+        self._recv_whole: RecvMessage | None = recv_message
+        self._send_whole: SendMessage | None = send_message
+        self._handle: Any = sock.underlying if recv_message is not None else None
         self._poll_items: list[tuple[zmq.Socket[bytes], int]] = [(sock, _POLLIN)]
         self._check_due = False
         self.closed = False
@@ -106,7 +110,7 @@ class RouterSocket:
         if self.check is not None:
             self._read_checked()
             return
-        if self._underlying:
+        if self._recv_whole is not None:
             self._read_whole()
             return
         sock = self.sock
@@ -136,12 +140,12 @@ class RouterSocket:
 
     def _read_whole(self) -> None:
         """`_readable` with one call per message (`jobwire._zmqframes`)."""
-        receive = recv_message
+        receive = self._recv_whole
         assert receive is not None
-        underlying = self._underlying
+        handle = self._handle
         for _ in range(BATCH):
             try:
-                message = receive(underlying)
+                message = receive(handle)
             except OSError as exc:  # the socket is closing
                 log.debug("receive failed on %s: %s", self.endpoint, exc)
                 return
@@ -184,10 +188,10 @@ class RouterSocket:
         """Send to a peer; dropped if the peer is gone or not reading (ROUTER's rule)."""
         if self.closed:
             return
-        if self._underlying:
-            assert send_message is not None
+        send_whole = self._send_whole
+        if send_whole is not None:
             try:
-                send_message(self._underlying, identity, frames)
+                send_whole(self._handle, identity, frames)
             except OSError as exc:
                 log.debug("dropped a message to %r: %s", identity[:32], exc)
             self._schedule_check()
