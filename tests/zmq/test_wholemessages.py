@@ -62,8 +62,11 @@ def test_a_message_arrives_whole_with_its_identity(
     sent = [b"", b"MDPC01", b"x" * 1_000_000, b"", b"\x00\xff"]
     dealer.send_multipart(sent)
     dealer.send_multipart([b"single"])
+    many = [b"%d" % n for n in range(40)]  # more than the extension gathers before its list
+    dealer.send_multipart(many)
     assert receive(router) == (b"peer", sent)
     assert receive(router) == (b"peer", [b"single"])  # the next one starts at its boundary
+    assert receive(router) == (b"peer", many)
     assert frames_ext.recv_message(router.underlying) is None
 
 
