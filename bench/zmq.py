@@ -9,7 +9,8 @@ Brokers (each round starts each one afresh on a free port, for each scenario):
 - jobwire-memory, jobwire-sqlite: `jobwire serve --store memory|sqlite:FILE --http-port 0
   --zmq-port P` (Gearman on another free port), with MDP 0.1 clients and workers, as the
   reference brokers get; jobwire-memory-0.2 is the same server with MDP 0.2 clients and
-  workers (RFC 18), which the reference brokers do not speak.
+  workers (RFC 18), which the reference brokers do not speak. `--base OTHER/.venv/bin/jobwire`
+  adds jobwire-base, another build as jobwire-memory runs, right after it in each round.
 - zguide-py: the Guide's examples/Python/mdbroker.py (with MDP.py and zhelpers.py) under
   this bench's own venv's pyzmq; the copy is patched to bind the endpoint given on its
   command line (it binds tcp://*:5555) and for Python 3 in destroy().
@@ -254,6 +255,7 @@ class Broker:
     kind: str  # jobwire | zguide-py | zguide-c | majortomo
     store: str = "memory"
     proto: str = "mdp1"  # what mdpbench's clients and workers speak to it
+    binary: str | None = None  # another build's `jobwire` (--base); None: jobwire_path()
 
 
 BROKERS = [
@@ -279,7 +281,7 @@ def broker_command(broker: Broker, port: int, workdir: Path, paths: Paths) -> li
     if broker.kind == "jobwire":
         store = "memory" if broker.store == "memory" else f"sqlite:{workdir / 'jobwire.db'}"
         return [
-            jobwire_path(), "serve", "-L", "127.0.0.1", "--port", str(free_port()),
+            broker.binary or jobwire_path(), "serve", "-L", "127.0.0.1", "--port", str(free_port()),
             "--store", store, "--http-port", "0", "--zmq-port", str(port), *JOBWIRE_ARGS,
         ]  # fmt: skip
     if broker.kind == "zguide-py":
@@ -435,7 +437,7 @@ def render(
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(f"best of {rounds} round(s) each; serial: the round with the lowest p50")
-    for name in ("jobwire-memory", "jobwire-sqlite"):
+    for name in ("jobwire-memory", "jobwire-base", "jobwire-sqlite"):
         a, s = get(name, "async"), get(name, "serial")
         if not (a and s and py and c and c_serial):
             continue
@@ -472,6 +474,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=5.0, help="measured seconds per run")
     parser.add_argument("--results", type=Path, default=OUT / "zmq-results.jsonl")
     parser.add_argument("--jobwire-args", default="", help="more `jobwire serve` flags")
+    parser.add_argument(
+        "--base",
+        metavar="JOBWIRE",
+        help="another build's `jobwire` script: a broker"
+        " jobwire-base (memory store, MDP 0.1), run right after jobwire-memory in each round",
+    )
     args = parser.parse_args(argv)  # fmt: skip
     JOBWIRE_ARGS.extend(args.jobwire_args.split())
 
@@ -480,6 +488,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown broker(s): {', '.join(sorted(unknown))}")
     brokers = [b for b in BROKERS if b.name in wanted]
+    if args.base:
+        base = Broker("jobwire-base", "jobwire", binary=args.base)
+        after = next((i + 1 for i, b in enumerate(brokers) if b.name == "jobwire-memory"), 0)
+        brokers.insert(after, base)
     scenarios = [s for s in SCENARIOS if s.name in args.scenarios.split(",")]
 
     ensure_debian_packages()

@@ -6,6 +6,7 @@
 #
 #   bench/zmq_callgrind.sh [async|serial] [REQUESTS] [mdp1|mdp2]
 #   JOBWIRE_BIN=/other/tree/.venv/bin/jobwire bench/zmq_callgrind.sh   # another build
+#   JOBWIRE_BIN=zguide-c bench/zmq_callgrind.sh   # the Guide's C broker, as bench/zmq.py builds it
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 MODE=${1:-async}; N=${2:-6000}; PROTO=${3:-mdp1}
@@ -16,9 +17,13 @@ else LOAD="--clients 4 --pipeline 100 --workers 4"; WARM=2000; fi
 port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 PORT=$(port); GPORT=$(port)
 OUT=$(mktemp -d)
+if [ "$BIN" = zguide-c ]; then
+  CMD=("$REPO/bench/.zmq-peers/mdbroker-c/mdbroker" -q "tcp://127.0.0.1:$PORT")
+else
+  CMD=("$BIN" serve -L 127.0.0.1 --port "$GPORT" --store memory --http-port 0 --zmq-port "$PORT")
+fi
 valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$OUT/callgrind.out" \
-  "$BIN" serve -L 127.0.0.1 --port "$GPORT" --store memory --http-port 0 --zmq-port "$PORT" \
-  > "$OUT/server.log" 2>&1 &
+  "${CMD[@]}" > "$OUT/server.log" 2>&1 &
 VPID=$!
 for _ in $(seq 1 600); do
   python3 -c "import socket;socket.create_connection(('127.0.0.1',$PORT),timeout=1)" 2>/dev/null && break

@@ -126,13 +126,23 @@ static PyObject *bind(PyObject *module, PyObject *arg) {
     return Py_BuildValue("(iii)", major, minor, patch);
 }
 
+/* zmq_msg_recv, again when a signal interrupts it (libzmq's EINTR comes before it takes a
+ * frame, and giving up between two frames of a message would split it). */
+static int recv_frame(zmq_msg *msg, void *sock) {
+    int got;
+    do {
+        got = zmq.msg_recv(msg, sock, ZMQ_DONTWAIT);
+    } while (got < 0 && zmq.errno_() == EINTR);
+    return got;
+}
+
 /* Receives the rest of a message whose frames can no longer be kept, so that the next
  * receive starts at a message boundary. */
 static void discard_rest(void *sock, zmq_msg *msg) {
     while (zmq.msg_more(msg)) {
         zmq.msg_close(msg);
         zmq.msg_init(msg);
-        if (zmq.msg_recv(msg, sock, ZMQ_DONTWAIT) < 0)
+        if (recv_frame(msg, sock) < 0)
             break;
     }
     zmq.msg_close(msg);
@@ -150,7 +160,7 @@ static PyObject *recv_message(PyObject *module, PyObject *handle) {
         return NULL;
     zmq_msg msg;
     zmq.msg_init(&msg);
-    if (zmq.msg_recv(&msg, sock, ZMQ_DONTWAIT) < 0) {
+    if (recv_frame(&msg, sock) < 0) {
         int code = zmq.errno_();
         zmq.msg_close(&msg);
         if (code == EAGAIN)
@@ -164,8 +174,8 @@ static PyObject *recv_message(PyObject *module, PyObject *handle) {
     while (zmq.msg_more(&msg)) {
         zmq.msg_close(&msg);
         zmq.msg_init(&msg);
-        if (zmq.msg_recv(&msg, sock, ZMQ_DONTWAIT) < 0) {
-            /* Not expected: libzmq delivers a message's frames together. */
+        if (recv_frame(&msg, sock) < 0) {
+            /* Not expected: libzmq delivers a message's frames together (ETERM only). */
             int code = zmq.errno_();
             zmq.msg_close(&msg);
             Py_DECREF(identity);
@@ -198,18 +208,29 @@ fail: /* out of memory: the message is dropped whole */
     return NULL;
 }
 
-/* One frame, with bytes fast and any other buffer through the buffer protocol. */
-static int send_frame(void *sock, PyObject *frame, int flags) {
+/* Sending is all or nothing as far as this side can make it. A multi-part message that
+ * stopped halfway would leave the socket expecting the rest, and the next message's frames
+ * would be taken for it. So every frame is checked (and a buffer taken for any that is not
+ * bytes) before the first goes out; a send interrupted by a signal (EINTR: libzmq returns it
+ * before the frame is queued) is retried. What libzmq does on its side, for a ROUTER without
+ * ZMQ_ROUTER_MANDATORY (jobwire never sets it): the first frame picks the peer's pipe; if
+ * the peer is unknown, or its pipe is at the high-water mark, the whole message is dropped
+ * there and every frame's send still succeeds (no EAGAIN, no half message); the mark counts
+ * whole messages, so a message that started goes in whole, and one whose pipe closes
+ * meanwhile is rolled back whole. The one error left halfway is ETERM (the context is
+ * ending: the socket is finished anyway). */
+
+/* One frame's bytes, for frames that are not bytes objects. */
+typedef struct {
+    Py_buffer view;
+    int held;
+} frame_view;
+
+static int send_bytes(void *sock, const void *data, size_t size, int flags) {
     int sent;
-    if (PyBytes_CheckExact(frame)) {
-        sent = zmq.send(sock, PyBytes_AS_STRING(frame), (size_t)PyBytes_GET_SIZE(frame), flags);
-    } else {
-        Py_buffer view;
-        if (PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE) < 0)
-            return -1;
-        sent = zmq.send(sock, view.buf, (size_t)view.len, flags);
-        PyBuffer_Release(&view);
-    }
+    do {
+        sent = zmq.send(sock, data, size, flags);
+    } while (sent < 0 && zmq.errno_() == EINTR);
     if (sent < 0) {
         zmq_error(zmq.errno_());
         return -1;
@@ -217,11 +238,51 @@ static int send_frame(void *sock, PyObject *frame, int flags) {
     return 0;
 }
 
+static int send_frame(void *sock, PyObject *frame, frame_view *view, int flags) {
+    if (view != NULL && view->held)
+        return send_bytes(sock, view->view.buf, (size_t)view->view.len, flags);
+    return send_bytes(sock, PyBytes_AS_STRING(frame), (size_t)PyBytes_GET_SIZE(frame), flags);
+}
+
+static void release_views(frame_view *views, Py_ssize_t count) {
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (views[i].held)
+            PyBuffer_Release(&views[i].view);
+    PyMem_Free(views);
+}
+
+/* Buffers for every frame that is not bytes (views[0] the identity, views[i + 1] frame i),
+ * or NULL with TypeError, nothing held, if one is not bytes-like. */
+static frame_view *take_views(PyObject *identity, PyObject **items, Py_ssize_t count) {
+    frame_view *views = PyMem_Calloc((size_t)count + 1, sizeof *views);
+    if (views == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = -1; i < count; i++) {
+        PyObject *frame = i < 0 ? identity : items[i];
+        if (PyBytes_CheckExact(frame))
+            continue;
+        if (!PyObject_CheckBuffer(frame) ||
+            PyObject_GetBuffer(frame, &views[i + 1].view, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError,
+                         "send_message: a frame must be a contiguous bytes-like object, not %s",
+                         Py_TYPE(frame)->tp_name);
+            release_views(views, i + 1);
+            return NULL;
+        }
+        views[i + 1].held = 1;
+    }
+    return views;
+}
+
 PyDoc_STRVAR(send_message_doc,
              "send_message(socket, identity, frames) -> None\n\n"
              "Send identity and frames (bytes-like) as one message on a ROUTER socket without\n"
              "waiting. TypeError before anything is sent if a frame is not bytes-like;\n"
-             "OSError on a socket error.");
+             "OSError on a socket error. A message to an unknown peer, or to one whose queue is\n"
+             "full, is dropped whole without an error (ROUTER's rule).");
 
 static PyObject *send_message(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
@@ -237,24 +298,25 @@ static PyObject *send_message(PyObject *module, PyObject *const *args, Py_ssize_
         return NULL;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(frames);
     PyObject **items = PySequence_Fast_ITEMS(frames);
-    /* Check every frame first: a message must not stop halfway for bad input. */
     int all_bytes = PyBytes_CheckExact(args[1]);
     for (Py_ssize_t i = 0; i < count; i++)
         all_bytes &= PyBytes_CheckExact(items[i]);
+    frame_view *views = NULL;
     if (!all_bytes) {
-        for (Py_ssize_t i = -1; i < count; i++) {
-            PyObject *frame = i < 0 ? args[1] : items[i];
-            if (!PyObject_CheckBuffer(frame)) {
-                PyErr_Format(PyExc_TypeError, "send_message: a frame must be bytes-like, not %s",
-                             Py_TYPE(frame)->tp_name);
-                Py_DECREF(frames);
-                return NULL;
-            }
+        views = take_views(args[1], items, count);
+        if (views == NULL) {
+            Py_DECREF(frames);
+            return NULL;
         }
     }
-    int failed = send_frame(sock, args[1], count ? ZMQ_SNDMORE | ZMQ_DONTWAIT : ZMQ_DONTWAIT);
+    /* From here on no Python code runs (bytes and held buffers only), so the list cannot
+     * change under the loop. */
+    int failed = send_frame(sock, args[1], views, count ? ZMQ_SNDMORE | ZMQ_DONTWAIT : ZMQ_DONTWAIT);
     for (Py_ssize_t i = 0; i < count && !failed; i++)
-        failed = send_frame(sock, items[i], i + 1 < count ? ZMQ_SNDMORE | ZMQ_DONTWAIT : ZMQ_DONTWAIT);
+        failed = send_frame(sock, items[i], views ? &views[i + 1] : NULL,
+                            i + 1 < count ? ZMQ_SNDMORE | ZMQ_DONTWAIT : ZMQ_DONTWAIT);
+    if (views != NULL)
+        release_views(views, count + 1);
     Py_DECREF(frames);
     if (failed)
         return NULL;

@@ -4,6 +4,7 @@ per-frame calls that `JOBWIRE_ZMQFRAMES=0` chooses)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,8 +62,11 @@ def test_a_message_arrives_whole_with_its_identity(
     sent = [b"", b"MDPC01", b"x" * 1_000_000, b"", b"\x00\xff"]
     dealer.send_multipart(sent)
     dealer.send_multipart([b"single"])
+    many = [b"%d" % n for n in range(40)]  # more than the extension gathers before its list
+    dealer.send_multipart(many)
     assert receive(router) == (b"peer", sent)
     assert receive(router) == (b"peer", [b"single"])  # the next one starts at its boundary
+    assert receive(router) == (b"peer", many)
     assert frames_ext.recv_message(router.underlying) is None
 
 
@@ -88,6 +92,69 @@ def test_a_bad_frame_sends_nothing_and_the_next_message_is_whole(
     frames_ext.send_message(router.underlying, b"peer", [b"good"])
     assert dealer.poll(int(DEADLINE * 1000))
     assert dealer.recv_multipart() == [b"good"]
+
+
+def test_a_frame_without_a_simple_buffer_sends_nothing(
+    pair: tuple[zmq.Socket[Any], zmq.Socket[Any]],
+) -> None:
+    """A strided view passes the buffer check but has no contiguous bytes: refused before
+    the first frame goes out, so the next message does not continue a half-sent one."""
+    router, dealer = pair
+    dealer.send(b"hello")
+    receive(router)
+    strided = memoryview(b"abcdef")[::2]
+    with pytest.raises(TypeError, match="contiguous"):
+        frames_ext.send_message(router.underlying, b"peer", [b"first", bytearray(b"x"), strided])
+    with pytest.raises(TypeError):
+        frames_ext.send_message(router.underlying, strided, [b"first"])
+    frames_ext.send_message(router.underlying, b"peer", [b"good", bytearray(b"too")])
+    assert dealer.poll(int(DEADLINE * 1000))
+    assert dealer.recv_multipart() == [b"good", b"too"]
+
+
+def test_a_peer_at_its_high_water_mark_loses_whole_messages_only() -> None:
+    """ROUTER's rule without ROUTER_MANDATORY: a message to a full peer is dropped whole at
+    its first frame, without an error; every message that arrives has all its frames."""
+    from zmq.backend.cython import _zmq
+
+    frames_ext.bind(_zmq.__file__)
+    context: zmq.Context[Any] = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    dealer = context.socket(zmq.DEALER)
+    try:
+        for sock in (router, dealer):
+            sock.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.SNDHWM, 2)
+        dealer.setsockopt(zmq.RCVHWM, 2)
+        dealer.setsockopt(zmq.IDENTITY, b"slow")
+        # inproc: one pipe between the two sockets, with room for both marks (4 messages)
+        # and no kernel buffers or I/O thread in between, so some must be dropped.
+        router.bind("inproc://high-water-mark")
+        dealer.connect("inproc://high-water-mark")
+        dealer.send(b"hello")
+        receive(router)
+        sent = 1_000
+        for n in range(sent):
+            frames_ext.send_message(router.underlying, b"slow", [b"%d" % n, b"middle", b"end"])
+        received = []
+        end = time.monotonic() + DEADLINE
+        while True:  # the last message, sent until the drained queue takes it
+            assert time.monotonic() < end, f"the last message never arrived ({received[-3:]})"
+            frames_ext.send_message(router.underlying, b"slow", [b"last"])
+            if not dealer.poll(100):
+                continue
+            message = dealer.recv_multipart()
+            if message == [b"last"]:
+                break
+            received.append(message)
+        numbers = [int(message[0]) for message in received]
+        assert all(message[1:] == [b"middle", b"end"] for message in received), received[:5]
+        assert numbers == sorted(set(numbers)), "in order, each once"
+        assert len(numbers) < sent, "some were dropped at the mark"
+    finally:
+        dealer.close()
+        router.close()
+        context.term()
 
 
 def test_a_message_to_an_unknown_peer_is_dropped(

@@ -117,6 +117,7 @@ class ZmqServer:
                 curve=curve,
                 check=roles.majordomo if roles is not None else None,
             )
+            self.broker.router = self.router
             self._monitor("majordomo", self.router)
             log.info("jobwire listening on %s (zeromq: majordomo, titanic)", self.router.endpoint)
             self._every(options.heartbeat, self.broker.tick)

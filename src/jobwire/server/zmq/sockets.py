@@ -5,7 +5,8 @@ maintainer suggests, and the faster one here: bench/zmq_integration.py) watches 
 socket's file descriptor with `loop.add_reader` and drains it with non-blocking receives.
 The descriptor is edge-triggered: it signals when messages *become* readable, so every
 wake-up drains until EAGAIN, and since a send may consume that signal, the socket is
-checked again at the end of any loop turn that sent something.
+checked again at the end of any loop turn that sent something, unless the send came from a
+handler inside the drain (which receives again after each handler anyway).
 
 Frames go through pyzmq's backend `Socket.recv`/`send` directly, with int flags: its
 `recv_multipart`/`send_multipart` cost several times more per frame (bench/PERFORMANCE.md,
@@ -27,13 +28,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from zmq.backend import Socket as _BackendSocket
 from zmq.backend import zmq_poll
 
 import zmq
-from jobwire.server.zmq.wholemessages import recv_message, send_message
+from jobwire.server.zmq.wholemessages import RecvMessage, SendMessage, recv_message, send_message
 
 if TYPE_CHECKING:
     from jobwire.server.zmq.curve import Check, CurveOptions
@@ -91,10 +92,16 @@ class RouterSocket:
         self.endpoint = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         # int(): pyzmq types the option as int | bytes | str (the build may lack pyzmq too).
         self._fd = int(sock.getsockopt(zmq.FD))
-        #: libzmq's socket, for whole-message calls (0: pyzmq's per-frame calls).
-        self._underlying = int(sock.underlying) if recv_message is not None else 0
+        #: Whole-message calls (None: pyzmq's per-frame calls), kept on the socket with
+        #: libzmq's socket as pyzmq gives it (`underlying`, a Python int): as a compiled
+        #: int it would be boxed again on every call, and a module global is a dict lookup.
+        self._recv_whole: RecvMessage | None = recv_message
+        self._send_whole: SendMessage | None = send_message
+        self._handle: Any = sock.underlying if recv_message is not None else None
         self._poll_items: list[tuple[zmq.Socket[bytes], int]] = [(sock, _POLLIN)]
         self._check_due = False
+        #: True while `_readable` drains: a send from a handler needs no check of its own.
+        self._reading = False
         self.closed = False
         loop.add_reader(self._fd, self._readable)
         loop.call_soon(self._readable)  # messages may have arrived before we watched
@@ -103,12 +110,23 @@ class RouterSocket:
         self._check_due = False
         if self.closed:
             return
-        if self.check is not None:
-            self._read_checked()
-            return
-        if self._underlying:
-            self._read_whole()
-            return
+        # Each drain loop below receives again after every handler, until a receive finds
+        # nothing; that receive (or the poll before it) takes libzmq's pending commands
+        # as any send does. So what a handler's send may have taken off the descriptor is
+        # seen by the loop itself, and such sends schedule no check (`send`).
+        self._reading = True
+        try:
+            if self.check is not None:
+                self._read_checked()
+            elif self._recv_whole is not None:
+                self._read_whole()
+            else:
+                self._read_frames()
+        finally:
+            self._reading = False
+
+    def _read_frames(self) -> None:
+        """`_readable` with pyzmq's per-frame calls."""
         sock = self.sock
         items = self._poll_items
         for _ in range(BATCH):
@@ -136,12 +154,12 @@ class RouterSocket:
 
     def _read_whole(self) -> None:
         """`_readable` with one call per message (`jobwire._zmqframes`)."""
-        receive = recv_message
+        receive = self._recv_whole
         assert receive is not None
-        underlying = self._underlying
+        handle = self._handle
         for _ in range(BATCH):
             try:
-                message = receive(underlying)
+                message = receive(handle)
             except OSError as exc:  # the socket is closing
                 log.debug("receive failed on %s: %s", self.endpoint, exc)
                 return
@@ -184,13 +202,14 @@ class RouterSocket:
         """Send to a peer; dropped if the peer is gone or not reading (ROUTER's rule)."""
         if self.closed:
             return
-        if self._underlying:
-            assert send_message is not None
+        send_whole = self._send_whole
+        if send_whole is not None:
             try:
-                send_message(self._underlying, identity, frames)
+                send_whole(self._handle, identity, frames)
             except OSError as exc:
                 log.debug("dropped a message to %r: %s", identity[:32], exc)
-            self._schedule_check()
+            if not self._reading:
+                self._schedule_check()
             return
         sock = self.sock
         last = len(frames) - 1
@@ -204,7 +223,8 @@ class RouterSocket:
                 _send(sock, frames[last], _NOBLOCK)
         except zmq.ZMQError as exc:
             log.debug("dropped a message to %r: %s", identity[:32], exc)
-        self._schedule_check()
+        if not self._reading:
+            self._schedule_check()
 
     def _schedule_check(self) -> None:
         if not self._check_due:
