@@ -296,7 +296,8 @@ class OJSService:
         try:
             refuse_non_json(request)
             response: web.StreamResponse = await handler(request)
-            if request.method not in _SAFE_METHODS:
+            # Nothing to wait for on a store that commits at once (no coroutine to run).
+            if request.method not in _SAFE_METHODS and self.runtime.durable_store:
                 try:
                     await self.runtime.durable()
                 except StoreUnavailable:
@@ -390,7 +391,8 @@ class OJSService:
             ext["rate_limit"] = req.keyed_limit
         if extra_ext:
             ext.update(extra_ext)
-        self._check_depth(req.queue)
+        if self.backpressure:  # bounds set on some queue
+            self._check_depth(req.queue)
         job_id = req.id or uuid7()
         if extra_ext or req.options or req.extra or req.run_at is not None:
             payload = self._render_once(req, job_id, now, ext)
