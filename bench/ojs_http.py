@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/ojs_http.py                    # SQLite store (the default), 5 s each
     .venv/bin/python bench/ojs_http.py --store memory --duration 3 --repeat 3
+    .venv/bin/python bench/ojs_http.py --workloads push --before /tmp/before/src
 
 The ceiling is a hello-world handler on the same stack as jobwire's HTTP listener (aiohttp,
 `AppRunner(access_log=None)`, on uvloop, in a process of its own): it reads the request body
@@ -49,6 +50,7 @@ CONNECTIONS = 16
 BATCH = 100
 CONTENT_TYPE = "application/openjobspec+json"
 PUSH_BODY = json.dumps({"type": "noop", "args": [1], "queue": "bench"})
+WORKLOADS = ("push", "batch", "fetch-ack", "round-trip")
 BATCH_BODY = json.dumps(
     {"jobs": [{"type": "noop", "args": [i], "queue": "bench"} for i in range(BATCH)]}
 )
@@ -304,23 +306,28 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
 
             return work
 
+        workloads = set(args.workloads.split(","))
         for _ in range(args.repeat):
-            for target, base in order:
-                path = "/ojs/v1/jobs"
-                run("push", "wrk, 16 conns", target, by_wrk(base, path, PUSH_BODY, 1))
-            for target, base in order:
-                path = "/ojs/v1/jobs/batch"
-                work = by_wrk(base, path, BATCH_BODY, BATCH)
-                run("push batch", f"wrk, {BATCH} jobs/request", target, work)
-            for target, base in order:
-                if target != "hello":
-                    fill(base, args.fill)
-            for target, base in order:
-                work = by_gen("fetch-ack", base, args.duration, target)
-                run("fetch+ack", "aiohttp client, 16 workers", target, work)
-            for target, base in order:
-                work = by_gen("round-trip", base, args.trips, target)
-                run("round trip", "push, fetch, ack, GET", target, work)
+            if "push" in workloads:
+                for target, base in order:
+                    path = "/ojs/v1/jobs"
+                    run("push", "wrk, 16 conns", target, by_wrk(base, path, PUSH_BODY, 1))
+            if "batch" in workloads:
+                for target, base in order:
+                    path = "/ojs/v1/jobs/batch"
+                    work = by_wrk(base, path, BATCH_BODY, BATCH)
+                    run("push batch", f"wrk, {BATCH} jobs/request", target, work)
+            if "fetch-ack" in workloads:
+                for target, base in order:
+                    if target != "hello":
+                        fill(base, args.fill)
+                for target, base in order:
+                    work = by_gen("fetch-ack", base, args.duration, target)
+                    run("fetch+ack", "aiohttp client, 16 workers", target, work)
+            if "round-trip" in workloads:
+                for target, base in order:
+                    work = by_gen("round-trip", base, args.trips, target)
+                    run("round trip", "push, fetch, ack, GET", target, work)
         if args.profile:
             profile_push(procs, server.pid, ojs, args, workdir)
         procs.stop(server)
@@ -402,6 +409,11 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--trips", type=int, default=500, help="round trips per measurement")
     parser.add_argument("--fill", type=int, default=60_000, help="jobs queued for fetch+ack")
+    parser.add_argument(
+        "--workloads",
+        default=",".join(WORKLOADS),
+        help=f"comma-separated, of {', '.join(WORKLOADS)}",
+    )
     parser.add_argument("--profile", action="store_true", help="py-spy the server's push")
     parser.add_argument(
         "--before",
@@ -409,6 +421,9 @@ def main() -> int:
         help="a src/ directory of another revision: its server runs too, interleaved",
     )
     args = parser.parse_args()
+    unknown = set(args.workloads.split(",")) - set(WORKLOADS)
+    if unknown:
+        parser.error(f"unknown workloads: {', '.join(sorted(unknown))}")
     if not shutil.which("wrk"):
         raise SystemExit("wrk is not installed (apt-get install wrk)")
     info = machine_info()

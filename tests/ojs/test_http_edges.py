@@ -45,6 +45,11 @@ def job_count(http: Runner) -> int:
     return sum(v for v in stats.values() if isinstance(v, int))
 
 
+def total_jobs(http: Runner) -> int:
+    total: int = http.request("GET", "/ojs/v1/queues/default/stats").body["queue"]["total"]
+    return total
+
+
 # ---------------------------------------------------------------------- 415
 
 
@@ -90,6 +95,48 @@ def test_a_request_without_content_type_is_accepted(server: ServerProcess) -> No
     """HTTP clients that send no Content-Type (a bare http.client, scripts) keep working."""
     raw = _raw(server, _request("POST", "/ojs/v1/jobs", b'{"type":"t","args":[]}', None))
     assert raw.startswith(b"HTTP/1.1 201"), raw[:200]
+
+
+# ------------------------------------------------------- repeated requests (direct.py)
+
+
+def test_requests_to_a_path_get_the_same_edges_every_time(server: ServerProcess) -> None:
+    """After the first request to a (method, path), later ones skip aiohttp's router
+    (server/ojs/direct.py): each still gets the OJS headers, the 415 check, the error
+    bodies and its own request id; other methods, other paths and `Expect` go as before."""
+    http = runner(server)
+    http.reset()
+    for n in range(4):
+        pushed = http.request("POST", "/ojs/v1/jobs", {"type": "t", "args": [n]})
+        assert pushed.status == 201, pushed.raw
+        assert pushed.headers["location"] == f"/ojs/v1/jobs/{pushed.body['job']['id']}"
+        assert pushed.headers["ojs-version"] == "1.0"
+        assert pushed.headers["x-request-id"].startswith("req_")
+    mine = http.request("POST", "/ojs/v1/jobs", {"type": "t", "args": []}, {"X-Request-Id": "r-1"})
+    assert (mine.status, mine.headers["x-request-id"]) == (201, "r-1"), mine.raw
+    for _ in range(2):
+        refused = http.request(
+            "POST", "/ojs/v1/jobs", {"type": "t"}, {"Content-Type": "text/plain"}
+        )
+        assert refused.status == 415, refused.raw
+        assert refused.body["error"]["code"] == "unsupported_media_type"
+        invalid = http.request("POST", "/ojs/v1/jobs", {"args": [1]})
+        assert invalid.status == 400, invalid.raw
+        assert invalid.headers["ojs-version"] == "1.0" and invalid.body["error"]["code"]
+        wrong_method = http.request("PUT", "/ojs/v1/jobs", {"type": "t"})
+        assert wrong_method.status == 405, wrong_method.raw
+        assert "POST" in wrong_method.headers["allow"]
+        assert wrong_method.body["error"]["code"] == "method_not_allowed"
+        slash = http.request("POST", "/ojs/v1/jobs/", {"type": "t"})
+        assert slash.status in (404, 405) and slash.body["error"]["code"], slash.raw
+    assert total_jobs(http) == 5
+    body = b'{"type":"t","args":["expect"]}'
+    head = _request("POST", "/ojs/v1/jobs", body, "application/json")
+    head = head.replace(b"Connection: close", b"Expect: 100-continue\r\nConnection: close")
+    reply = _raw(server, head)
+    assert reply.startswith(b"HTTP/1.1 100 Continue"), reply[:200]
+    assert b"HTTP/1.1 201" in reply, reply[:400]
+    assert total_jobs(http) == 6
 
 
 # ---------------------------------------------------------------------- CORS

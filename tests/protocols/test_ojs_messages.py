@@ -159,3 +159,23 @@ def test_the_plain_push_decoder_agrees_with_the_full_one(body: dict[str, Any]) -
         assert plain == full
     if full is not None and "options" not in body and "x-unknown" not in body:
         assert plain == full  # the usual body does take the short way
+
+
+def test_uuid7_ids_are_version_7_unique_and_carry_their_millisecond() -> None:
+    """RFC 9562: 48 bits of Unix milliseconds, version 7, the variant `10`, random bits;
+    ids made in one millisecond share its text, and differ in their random bits."""
+    import uuid
+
+    from jobwire.protocols.ojs.ids import is_uuid7, uuid7
+
+    at = 1_780_000_000.125  # exact in binary: its milliseconds do not round down
+    ids = [uuid7(at) for _ in range(5000)] + [uuid7(at + 0.0625), uuid7()]
+    assert len(set(ids)) == len(ids)
+    for text in ids:
+        assert is_uuid7(text), text
+        parsed = uuid.UUID(text)
+        assert (parsed.version, parsed.variant) == (7, uuid.RFC_4122)
+    assert {uuid.UUID(text).int >> 80 for text in ids[:5000]} == {int(at * 1000)}
+    assert uuid.UUID(ids[5000]).int >> 80 == 1_780_000_000_187
+    # Every variant digit occurs (they come from random bits, not a constant).
+    assert {text[19] for text in ids[:5000]} == set("89ab")

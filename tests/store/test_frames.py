@@ -7,7 +7,7 @@ import struct
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobwire.engine.job import Job, JobState
@@ -93,7 +93,8 @@ def encode(batch: dict[int, Job | None], kv: frames.KVChanges) -> bytes:
 kv_changes = st.dictionaries(st.tuples(few_texts, texts), st.none() | st.binary(max_size=8))
 
 
-@settings(max_examples=300)
+# Generation is slow on a busy machine: the health check would fail the test on load alone.
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(batches(), kv_changes)
 def test_decode_reads_back_every_change_encode_wrote(
     batch: dict[int, Job | None], kv: frames.KVChanges
@@ -119,7 +120,8 @@ def engine_job(
     return job
 
 
-@settings(max_examples=300)
+# Generation is slow on a busy machine: the health check would fail the test on load alone.
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_the_latest_record_of_each_job_wins_however_saves_interleave(data: st.DataObject) -> None:
     """New jobs go into columns at once, later changes by key: whatever the order, reading

@@ -181,6 +181,7 @@ async def serve_http(
         app,
         connections=table,
         header_timeout=limits.http_header_timeout,
+        edges=ojs.edges_middleware,
         access_log=None,
         handle_signals=False,
         max_line_size=limits.http_max_header_size,

@@ -127,7 +127,29 @@ def parse_plain_push(raw: bytes) -> PushRequest | None:
         return None
     if env.queue is not None and not _known(env.queue, _QUEUES, QUEUE_RE):
         return None
-    return push_request(env, _NO_FIELDS)
+    return _plain_request(env)
+
+
+#: The retry policy of a job without one (frozen: shared by every such request).
+_DEFAULT_RETRY = RetryPolicy()
+
+
+def _plain_request(env: _PlainEnvelope) -> PushRequest:
+    """`push_request` of an envelope without options or unknown attributes: what it sets
+    for one, in one call (a test compares the two)."""
+    scheduled_at = env.scheduled_at
+    return PushRequest(
+        type=env.type,
+        args=env.args,
+        id=env.id,
+        queue=env.queue if env.queue is not None else "default",
+        priority=env.priority if env.priority is not None else 0,
+        meta=env.meta,
+        tags=env.tags,
+        run_at=float(scheduled_at) if scheduled_at is not None else None,
+        retry=_DEFAULT_RETRY,
+        schema=env.schema,
+    )
 
 
 def push_request(env: Envelope, body: dict[str, Any]) -> PushRequest:

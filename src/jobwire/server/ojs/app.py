@@ -13,10 +13,8 @@ liveness, cron).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +26,7 @@ from jobwire import __version__
 from jobwire.engine import Engine
 from jobwire.engine.cron import CronEntry, CronScheduler
 from jobwire.engine.errors import IllegalTransition, QueueFull, StoreUnavailable
-from jobwire.engine.events import Event, EventLog
+from jobwire.engine.events import EventLog
 from jobwire.engine.job import ORIGIN_CRON, ORIGIN_OJS, Job, JobState
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
 from jobwire.ports import encode_ext, key_value_store
@@ -42,6 +40,7 @@ from jobwire.protocols.ojs.times import format_time
 from jobwire.protocols.ojs.unique import UniquePolicy
 from jobwire.server.ojs.deadletter_queue import DeadLetter
 from jobwire.server.ojs.edges import Cors, refuse_non_json
+from jobwire.server.ojs.eventkeeper import SAVE_EVERY, EventKeeper
 from jobwire.server.ojs.http import BASE, failure_reply, finish_reply, reply
 from jobwire.server.ojs.liveness import WorkerLiveness
 from jobwire.server.ojs.ratelimit import KeyedLimits, QueueRateLimits
@@ -52,11 +51,6 @@ from jobwire.server.runtime import Runtime
 log = logging.getLogger("jobwire.ojs")
 
 MAX_FETCH = limits.MAX_FETCH
-#: Where the event log is kept between two runs (`OJSService.close`).
-EVENTS_NAMESPACE = "events"
-EVENTS_KEY = "log"
-#: Seconds between two snapshots of a changing event log.
-EVENTS_SAVE_EVERY = 2.0
 #: Methods whose replies acknowledge nothing, so they skip the commit barrier.
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 #: The highest level whose conformance tests (and all lower levels') pass; see tests/ojs.
@@ -188,72 +182,24 @@ class OJSService:
         if restored:
             log.info("restored %d dead letter entries", restored)
         self.workflows.load()
-        self._load_events()
-        self._events_saved = self.events.last_seq
-        #: (sequence number, JSON text) of the events held, as the last snapshot wrote them.
-        self._event_texts: deque[tuple[int, bytes]] = deque()
+        self._events_keeper: EventKeeper | None = None
         if self._kv is not None:
+            self._events_keeper = EventKeeper(self.events, self._kv)
+            self._events_keeper.load()
             now = self.engine.clock()
-            self.engine.timers.add(now + EVENTS_SAVE_EVERY, self._save_events, None)
-
-    def _load_events(self) -> None:
-        if self._kv is None:
-            return
-        raw = self._kv.kv_load(EVENTS_NAMESPACE).get(EVENTS_KEY)
-        if raw is None:
-            return
-        try:
-            self.events.restore([Event(**fields) for fields in json.loads(raw)])
-        except (TypeError, ValueError) as exc:
-            log.error("the event log cannot be restored: %s", exc)
+            self.engine.timers.add(now + SAVE_EVERY, self._save_events, None)
 
     def _save_events(self, _owner: object = None, _when: float = 0.0) -> None:
-        """Keep the event log in the store: at shutdown, and every `EVENTS_SAVE_EVERY`
-        seconds while it changes (so a crash loses at most that much). A snapshot of the
-        whole ring, at most `event_log_size` events, however busy the server is; the job
+        """Keep the event log in the store (`eventkeeper`): at shutdown, and every
+        `SAVE_EVERY` seconds while it changes (so a crash loses at most that much); the job
         transitions themselves never wait for it."""
-        if self._kv is None or not self.events.capacity:  # keeping none: keep what is saved
-            return
-        seq = self.events.last_seq
-        if seq != self._events_saved:
-            self._events_saved = seq
+        if self._events_keeper is not None:
             try:
-                snapshot = self._events_json()
+                self._events_keeper.save()
             except (TypeError, ValueError):
                 log.exception("the event log cannot be saved")
-            else:
-                self._kv.kv_put(EVENTS_NAMESPACE, EVENTS_KEY, snapshot)
         if _when:  # from the timer: again later
-            self.engine.timers.add(_when + EVENTS_SAVE_EVERY, self._save_events, None)
-
-    def _events_json(self) -> bytes:
-        """The ring as a JSON array, each event encoded once: its text is kept until it
-        leaves the ring, so a snapshot encodes only what came since the last (encoding the
-        whole ring every two seconds was 10 % of the server's CPU under a stream of OJS
-        pushes on a durable store). Plain dicts (orjson crashes on the compiled, mypyc,
-        Event dataclass), written with orjson, and with json where orjson refuses: names
-        may hold the surrogates that stand for bytes that are not UTF-8 (Gearman function
-        names), which json keeps and orjson does not."""
-        events, encoded = self.events, self._event_texts
-        first = events.last_seq - len(events) + 1  # the oldest event held
-        while encoded and encoded[0][0] < first:
-            encoded.popleft()
-        after = encoded[-1][0] if encoded else 0
-        for e in events.query(after=after, limit=len(events) + 1):
-            record = {
-                "seq": e.seq,
-                "type": e.type,
-                "time": e.time,
-                "subject": e.subject,
-                "queue": e.queue,
-                "data": e.data,
-            }
-            try:
-                text = orjson.dumps(record, default=str)
-            except TypeError:  # surrogates (orjson.JSONEncodeError is a TypeError)
-                text = json.dumps(record, default=str).encode()
-            encoded.append((e.seq, text))
-        return b"[" + b",".join(text for _, text in encoded) + b"]"
+            self.engine.timers.add(_when + SAVE_EVERY, self._save_events, None)
 
     def close(self) -> None:
         """At shutdown, before the store closes: keep the event log for the next start."""
@@ -350,7 +296,8 @@ class OJSService:
         try:
             refuse_non_json(request)
             response: web.StreamResponse = await handler(request)
-            if request.method not in _SAFE_METHODS:
+            # Nothing to wait for on a store that commits at once (no coroutine to run).
+            if request.method not in _SAFE_METHODS and self.runtime.durable_store:
                 try:
                     await self.runtime.durable()
                 except StoreUnavailable:
@@ -444,7 +391,8 @@ class OJSService:
             ext["rate_limit"] = req.keyed_limit
         if extra_ext:
             ext.update(extra_ext)
-        self._check_depth(req.queue)
+        if self.backpressure:  # bounds set on some queue
+            self._check_depth(req.queue)
         job_id = req.id or uuid7()
         if extra_ext or req.options or req.extra or req.run_at is not None:
             payload = self._render_once(req, job_id, now, ext)
@@ -629,8 +577,8 @@ class OJSService:
         self.workers.clear()
         engine.reset()
         self.events.clear()
-        self._events_saved = -1  # the saved snapshot is out of date now
-        self._event_texts.clear()
+        if self._events_keeper is not None:
+            self._events_keeper.forget()
         self.dead_letter.clear()
         self.liveness.clear()
         self.rate_limits.clear()

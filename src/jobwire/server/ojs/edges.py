@@ -31,6 +31,7 @@ from jobwire.protocols.ojs.errors import OJSError, error_body
 from jobwire.protocols.ojs.ids import uuid7
 from jobwire.protocols.ojs.messages import SPEC_VERSION
 from jobwire.server.limits import ConnectionTable, IdleGuard
+from jobwire.server.ojs.direct import Edges, direct_handler
 from jobwire.server.ojs.http import http_error_code, reply
 
 log = logging.getLogger("jobwire.ojs")
@@ -58,14 +59,25 @@ async def json_only(request: web.Request, handler: Handler) -> web.StreamRespons
     return response
 
 
+#: Content-Type header values seen -> JSON or not: aiohttp parses the header anew for every
+#: request that asks its `content_type`; clients send the same few values.
+_JSON_CONTENT_TYPES: dict[str, bool] = {}
+_KEPT_CONTENT_TYPES = 64
+
+
 def refuse_non_json(request: web.Request) -> None:
     """OJSError 415 for a non-JSON Content-Type on an OJS request that may carry a body."""
-    if (
-        request.method in _BODY_METHODS
-        and request.path.startswith("/ojs/")
-        and "Content-Type" in request.headers
-        and not is_json(request.content_type)
-    ):
+    if request.method not in _BODY_METHODS:
+        return
+    raw = request.headers.get("Content-Type")
+    if raw is None:
+        return
+    json_type = _JSON_CONTENT_TYPES.get(raw)
+    if json_type is None:
+        json_type = is_json(request.content_type)
+        if len(_JSON_CONTENT_TYPES) < _KEPT_CONTENT_TYPES:
+            _JSON_CONTENT_TYPES[raw] = json_type
+    if not json_type and request.path.startswith("/ojs/"):
         raise OJSError(
             "unsupported_media_type",
             f"Content-Type {request.content_type!r} is not JSON; send "
@@ -268,11 +280,15 @@ class OJSAppRunner(web.AppRunner):
         *,
         connections: ConnectionTable | None = None,
         header_timeout: float = 0.0,
+        edges: Edges | None = None,
         **kwargs: Any,
     ) -> None:
+        """`edges`: the OJS edges middleware, whose routes then skip aiohttp's router
+        once it has shown where they go (`jobwire.server.ojs.direct`)."""
         super().__init__(app, **kwargs)
         self._connections = connections
         self._header_timeout = header_timeout
+        self._edges = edges
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
@@ -280,4 +296,6 @@ class OJSAppRunner(web.AppRunner):
         assert isinstance(server, _OJSServer)
         server.jobwire_table = self._connections
         server.header_timeout = self._header_timeout
+        if self._edges is not None:
+            server.request_handler = direct_handler(self.app, self._edges, server.request_handler)
         return server

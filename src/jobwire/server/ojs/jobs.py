@@ -48,8 +48,10 @@ class JobRoutes:
         if not created:  # unique conflict with on_conflict=ignore: the existing job
             return reply({"job": job_json(job), "duplicate": True})
         headers = {"Location": f"{BASE}/jobs/{job.id}"}
-        headers.update(self.service.pressure_headers(job.queue))
-        headers.update(_rate_limit_headers(req.rate_limit, req.keyed_limit))
+        if self.service.backpressure:  # bounds set on some queue
+            headers.update(self.service.pressure_headers(job.queue))
+        if req.rate_limit is not None or req.keyed_limit is not None:
+            headers.update(_rate_limit_headers(req.rate_limit, req.keyed_limit))
         return reply({"job": job_json(job)}, 201, headers)
 
     async def push_batch(self, request: web.Request) -> web.Response:

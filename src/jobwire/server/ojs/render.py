@@ -18,6 +18,7 @@ from jobwire.protocols.ojs.envelope import SPEC_VERSION
 from jobwire.protocols.ojs.times import format_time
 
 DEFAULT_MAX_ATTEMPTS = 3
+_NO_EXT: dict[str, Any] = {}
 
 
 def payload_for(args: list[Any]) -> bytes:
@@ -62,28 +63,39 @@ _ERROR_KINDS = {
 }
 
 
+#: Each state's OJS name (an enum's `name` is a Python-level property: slow per reply).
+_STATE_NAMES = {state: state.name.lower() for state in JobState}
+
+
 def state_name(state: JobState) -> str:
-    return state.name.lower()
+    return _STATE_NAMES[state]
 
 
 def job_json(job: Job) -> dict[str, Any]:
     """The job as OJS shows it (GET /ojs/v1/jobs/:id and every reply that embeds a job)."""
-    ext = job.ext or {}
-    out: dict[str, Any] = dict(ext.get("extra") or {})
+    ext = job.ext or _NO_EXT
     state = job.state
-    out.update(
-        specversion=SPEC_VERSION,
-        id=job.id,
-        type=job.function,
-        queue=job.queue,
-        args=args_of(job),
-        state=state_name(state),
-        priority=job.priority,
-        attempt=job.attempts,
-        max_attempts=job.max_attempts if job.max_attempts is not None else DEFAULT_MAX_ATTEMPTS,
-        created_at=format_time(job.created_at),
-        enqueued_at=format_time(ext.get("enqueued_at", job.created_at)),
-    )
+    created_at = format_time(job.created_at)
+    enqueued = ext.get("enqueued_at", job.created_at)
+    out: dict[str, Any] = {
+        "specversion": SPEC_VERSION,
+        "id": job.id,
+        "type": job.function,
+        "queue": job.queue,
+        "args": args_of(job),
+        "state": _STATE_NAMES[state],
+        "priority": job.priority,
+        "attempt": job.attempts,
+        "max_attempts": (
+            job.max_attempts if job.max_attempts is not None else DEFAULT_MAX_ATTEMPTS
+        ),
+        "created_at": created_at,
+        # A job pushed over OJS is enqueued when it is created: the same text.
+        "enqueued_at": created_at if enqueued == job.created_at else format_time(enqueued),
+    }
+    extra = ext.get("extra")
+    if extra:  # unknown attributes of the push come first; the known ones win
+        out = {**extra, **out}
     if ext.get("meta") is not None:
         out["meta"] = ext["meta"]
     if ext.get("tags") is not None:
