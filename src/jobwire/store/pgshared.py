@@ -116,7 +116,7 @@ class SharedState:
         that holds its key, or None if it took the key (or its batch failed: the commit
         barrier says so)."""
         if self.store.held.get(job.id) is not job:
-            return None  # settled already, before anyone asked: it took its key
+            return None  # not held (a caller asks in the turn that created it: not settled)
         loop = asyncio.get_running_loop()
         future = self._waiting.get(job.id)
         if future is None:

@@ -770,6 +770,9 @@ class PostgresStore:
         except Exception as exc:  # a value that cannot be turned into a row: this batch fails
             log.exception("store: cannot encode a batch")
             self._changes, self._kv, self._created, self._new_rows = {}, {}, [], set()
+            held = {job.row: (job, "") for job in created if job.id in self.held}
+            if held:
+                self._keyed[number] = held  # settled as failed with the batch
             self._finished(number, None, {}, {}, created, f"cannot encode the batch: {exc!r}")
             return
         if kv:
