@@ -209,11 +209,11 @@ def test_db_migrate_and_status_show_the_schema_and_the_node(
     assert "version 0" in before.stdout and "jobwire db migrate" in before.stdout
     migrated = jobwire("db", "migrate", store=schema.dsn)
     assert migrated.returncode == 0, migrated.stderr
-    assert migrated.stdout.strip() == "schema version 0 -> 2"
+    assert migrated.stdout.strip() == "schema version 0 -> 3"
     again = jobwire("db", "migrate", store=schema.dsn)
-    assert again.stdout.strip() == "schema version 2: up to date"
+    assert again.stdout.strip() == "schema version 3: up to date"
     idle = json.loads(jobwire("db", "status", "--json", store=schema.dsn).stdout)
-    assert (idle["version"], idle["jobs"], idle["nodes"]) == (2, {}, [])
+    assert (idle["version"], idle["jobs"], idle["nodes"]) == (3, {}, [])
 
     server = start(servers, schema)
     with GearmanSocket(server) as client:
@@ -228,6 +228,39 @@ def test_db_migrate_and_status_show_the_schema_and_the_node(
 
     not_postgres = jobwire("db", "status", store="sqlite:x.db")
     assert not_postgres.returncode != 0 and "postgresql://" in not_postgres.stderr
+
+
+def test_db_migrate_upgrades_a_version_2_schema_whose_jobs_then_run(
+    schema: Schema, servers: list[ServerProcess]
+) -> None:
+    import psycopg
+
+    from jobwire.store.postgres import MIGRATIONS
+
+    with psycopg.connect(schema.dsn, autocommit=True) as conn:
+        for statement in (*MIGRATIONS[0], *MIGRATIONS[1]):  # the tables as version 2 made them
+            conn.execute(statement.encode())
+        conn.execute(b"INSERT INTO jobwire_schema (version) VALUES (2)")
+        conn.execute(
+            b"INSERT INTO jobs (seq, id, function, queue, uniq, payload, priority, state,"
+            b" attempts, created_at) VALUES (7, 'H:old:n1:7', 'f', 'f', 'u', 'p', 0, 3, 0, 1.5)"
+        )
+    migrated = jobwire("db", "migrate", store=schema.dsn)
+    assert migrated.returncode == 0, migrated.stderr
+    assert migrated.stdout.strip() == "schema version 2 -> 3"
+    assert schema.rows("SELECT ukey FROM {schema}.jobs") == [(None,)]  # as it was
+    assert schema.rows("SELECT count(*) FROM {schema}.paused_queues") == [(0,)]
+    server = start(servers, schema)
+    with GearmanSocket(server) as worker:
+        worker.send(Cmd.CAN_DO, "f")
+        assigned = worker.grab()
+        assert assigned.type == Cmd.JOB_ASSIGN_UNIQ and assigned.args[0] == b"H:old:n1:7"
+        with GearmanSocket(server) as client:  # its key is still held, on this node
+            assert client.submit_bg("f", "again", unique="u") == "H:old:n1:7"
+            fresh = client.submit_bg("f", "fresh", unique="v")
+    assert schema.rows("SELECT ukey FROM {schema}.jobs WHERE id = '" + fresh + "'") == [
+        ("e\x1ff\x1fv",)
+    ]
 
 
 def test_a_schema_newer_than_this_jobwire_is_refused(schema: Schema) -> None:

@@ -280,3 +280,44 @@ def test_a_version_1_schema_gains_the_origin_column_and_its_jobs_load(pg_schema:
     finally:
         store.close()
     assert loaded == [("H:old:1", 0), ("H:test:2", ORIGIN_GEARMAN)]
+
+
+def test_a_unique_key_another_node_holds_is_named_and_the_job_not_held_still_kept(
+    pg_schema: Schema,
+) -> None:
+    first = PostgresStore(pg_schema.dsn)
+    second = PostgresStore(pg_schema.dsn)
+    told: list[tuple[list[str], list[tuple[str, str]]]] = []
+    second.on_unique = lambda won, lost, failed: told.append(
+        ([job.id for job in won], [(job.id, holder) for job, holder in lost])
+    )
+    holder = make_job(1, unique="u")
+    loser, free, kept = make_job(2, unique="u"), make_job(3, unique="v"), make_job(4, unique="u")
+    named: list[dict[str, str]] = []
+
+    async def main() -> None:
+        first.job_saved(holder)
+        assert await committed(first)
+        second.held[loser.id] = loser  # as the cluster holds a job back when others run
+        second.held[free.id] = free
+        for job in (loser, free):
+            second.job_saved(job)
+        second.after_commit(lambda ok: named.append(dict(second.coalesced)))
+        assert await committed(second)
+        second.job_saved(kept)  # not held: it may have run already, so it stays
+        assert await committed(second)
+        assert await committed(second)  # and its row is written again, without the key
+
+    try:
+        run(main)
+    finally:
+        first.close()
+        second.close()
+    assert named == [{loser.id: holder.id}]  # what acknowledgements read as they go out
+    assert told == [([free.id], [(loser.id, holder.id)])]
+    rows = pg_schema.rows("SELECT id, ukey FROM {schema}.jobs ORDER BY id")
+    assert rows == [
+        (holder.id, "e\x1freverse\x1fu"),
+        (free.id, "e\x1freverse\x1fv"),
+        (kept.id, None),
+    ]

@@ -19,10 +19,11 @@ unfinished too, so a slow queue cannot pile up runs either.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,10 @@ CATCH_UP_POLICIES = ("skip", "once")
 
 #: Creates the job for one firing: (entry, scheduled time) -> the job.
 Trigger = Callable[["CronEntry", float], Job]
+#: Several nodes share the registrations (`jobwire.store.pgshared`): asked at each tick,
+#: (entry, scheduled time) -> (whether this node fires it, whether the entry's previous job
+#: still lives on some node).
+ClaimTick = Callable[["CronEntry", float], Awaitable[tuple[bool, bool]]]
 
 
 @dataclass(slots=True)
@@ -146,6 +151,8 @@ class CronScheduler:
         self.events = events
         self.catch_up = catch_up
         self._entries: dict[str, CronEntry] = {}
+        #: Set by a cluster: each tick fires on the one node that claims it.
+        self.claim_tick: ClaimTick | None = None
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -260,6 +267,11 @@ class CronScheduler:
     def _fire(self, entry: CronEntry, when: float) -> None:
         if self._entries.get(entry.name) is not entry or entry.next_run_at != when:
             return  # removed, replaced, disabled or re-armed since
+        claim = self.claim_tick
+        if claim is not None:
+            self._arm(entry)
+            asyncio.get_running_loop().create_task(self._fire_claimed(entry, when, claim))
+            return
         try:
             self._run(entry, when)
         except Exception:  # a bad template must not stop the schedule
@@ -267,14 +279,55 @@ class CronScheduler:
         self._arm(entry)
         self._save(entry)
 
-    def _run(self, entry: CronEntry, when: float) -> None:
+    async def _fire_claimed(self, entry: CronEntry, when: float, claim: ClaimTick) -> None:
+        """A tick on a node of a cluster: fired here only if this node claims it first."""
+        try:
+            mine, previous_live = await claim(entry, when)
+        except Exception as exc:
+            log.warning("cron %r: this node could not claim its tick: %s", entry.name, exc)
+            return
+        # The entry may have been read again meanwhile (another node's run changed its
+        # record): the tick is this node's to fire all the same.
+        current = self._entries.get(entry.name)
+        if not mine or current is None:
+            return
+        try:
+            self._run(current, when, previous_live)
+        except Exception:
+            log.exception("cron %r could not create its job", current.name)
+        self._save(current)
+
+    def sync(self, records: dict[str, bytes], keep: set[str] | None = None) -> None:
+        """The registrations as another node left them (a cluster): entries added, changed
+        (their last run too) or removed there are so here, without writing anything back.
+        Those named in `keep` (written here, maybe not yet committed) stay as they are."""
+        keep = keep or set()
+        for name in list(self._entries):
+            if name not in records and name not in keep:
+                self._entries.pop(name).next_run_at = None  # its armed timer goes stale
+        for name, raw in records.items():
+            old = self._entries.get(name)
+            if name in keep or (old is not None and old.record() == raw):
+                continue
+            try:
+                entry = CronEntry.from_record(raw)
+                self.check(entry)
+            except (CronError, KeyError, TypeError, ValueError) as exc:
+                log.error("cron registration %r cannot be read: %s", name, exc)
+                continue
+            if old is not None:
+                old.next_run_at = None
+            self._entries[name] = entry
+            self._arm(entry)
+
+    def _run(self, entry: CronEntry, when: float, previous_live: bool = False) -> None:
         previous = self.engine.jobs.get(entry.last_job_id) if entry.last_job_id else None
-        unfinished = previous is not None and not previous.state.terminal
-        if unfinished and previous is not None:
+        unfinished = previous_live or (previous is not None and not previous.state.terminal)
+        if unfinished and entry.last_job_id:
             if entry.overlap_policy == "skip":
-                self._note("cron.skipped", entry, when, existing_job_id=previous.id)
+                self._note("cron.skipped", entry, when, existing_job_id=entry.last_job_id)
                 return
-            if entry.overlap_policy == "cancel_previous":
+            if entry.overlap_policy == "cancel_previous" and previous is not None:
                 with contextlib.suppress(IllegalTransition):
                     self.engine.cancel(previous)
         job = self.trigger(entry, when)

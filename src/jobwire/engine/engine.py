@@ -211,6 +211,10 @@ class Engine:
         #: this engine now, answering how many; a fetch that came back short awaits it and
         #: takes again before it answers. None: no cluster, the fetch answers at once.
         self.claim_for_fetch: Callable[[Sequence[str], int], Awaitable[int]] | None = None
+        #: A cluster with other nodes: asked of each new job with a unique key that would be
+        #: available at once; True: another node may hold its key, so the job stays PENDING
+        #: until the store has settled it (`activate`, or `withdraw_pending` if it lost).
+        self.hold_unique: Callable[[Job], bool] | None = None
 
     # ------------------------------------------------------------------ ids and registry
 
@@ -350,7 +354,9 @@ class Engine:
             job.subscribers = [subscriber]
         if run_at is not None and run_at > now:
             self._schedule(job, fn, run_at, JobState.SCHEDULED)
-        elif pending:
+        elif pending or (
+            key is not None and self.hold_unique is not None and self.hold_unique(job)
+        ):
             job.state = JobState.PENDING
         else:
             self._make_available(job, fn)
@@ -405,7 +411,10 @@ class Engine:
             self.uniques[key] = job
         if subscriber is not None:
             job.subscribers = [subscriber]
-        self._make_available(job, fn)
+        if key is not None and self.hold_unique is not None and self.hold_unique(job):
+            job.state = JobState.PENDING
+        else:
+            self._make_available(job, fn)
         if self._durable or self.event_log is not None or self.observers:
             self._accepted(job)
         return job, True
@@ -783,6 +792,17 @@ class Engine:
         fn = self.functions.get(job.function)
         lane = fn.lanes.get(job.queue) if fn is not None else None
         if lane is None or not lane.withdraw(job):
+            return False
+        self.jobs.discard(job)
+        key = self.unique_key(job.function, job.unique, job.payload)
+        if key is not None and self.uniques.get(key) is job:
+            del self.uniques[key]
+        return True
+
+    def withdraw_pending(self, job: Job) -> bool:
+        """A PENDING job leaves this engine, neither finished nor written: another node runs
+        it, or holds its unique key. False if it is not PENDING here."""
+        if job.state is not JobState.PENDING or self.jobs.get(job.id) is not job:
             return False
         self.jobs.discard(job)
         key = self.unique_key(job.function, job.unique, job.payload)

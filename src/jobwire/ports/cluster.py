@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from jobwire.engine.cron import CronScheduler
     from jobwire.engine.job import Job
 
 #: (function, queue) -> (jobs, of which running) that this node does not hold.
@@ -22,3 +23,21 @@ class ClusterView(Protocol):
 
     async def elsewhere(self) -> Counts:
         """Jobs not held by this node, by function and queue."""
+
+    # State the nodes share (`jobwire.store.pgshared`).
+
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        """Pause or resume a queue on every node."""
+
+    def wants_hold(self) -> bool:
+        """Whether a new job with a unique key must wait for its key to be settled in the
+        cluster before it may run (other nodes run)."""
+
+    def hold(self, job: Job) -> bool:
+        """Hold a new PENDING job with a unique key until its batch settles the key."""
+
+    async def settled(self, job: Job) -> str | None:
+        """For a held job: the id of the job on another node that holds its key, or None."""
+
+    def attach_cron(self, cron: CronScheduler) -> None:
+        """Share the registrations and fire each tick on one node only."""

@@ -19,6 +19,7 @@ beside the engine on the event loop:
 - **Wake-ups**: nodes LISTEN on the schema's channel; a batch that wrote unowned jobs notifies
   "function<US>queue" with its commit, and nodes with idle workers for them claim at once. A
   slow poll (`--cluster-poll`) covers a lost notification.
+- **Shared state**: unique keys, cron ticks and pauses, in `jobwire.store.pgshared`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from psycopg import sql
 from jobwire.engine.job import Job, JobState, Output
 from jobwire.ports import StoredJob, decode_ext
 from jobwire.ports.cluster import Counts
+from jobwire.store.pgshared import SharedState
 from jobwire.store.postgres import (
     _NODE_LOCK,
     _STORED,
@@ -48,9 +50,11 @@ from jobwire.store.postgres import (
     PostgresStore,
     _reason,
 )
+from jobwire.store.sharedkeys import SHARED_NOTE
 
 if TYPE_CHECKING:
     from jobwire.engine import Engine, WorkerSession
+    from jobwire.engine.cron import CronScheduler
 
 log = logging.getLogger("jobwire.cluster")
 
@@ -95,6 +99,7 @@ WITH picked AS MATERIALIZED (
     SELECT seq FROM jobs
     WHERE owner IS NULL AND {column} = %(name)s AND state <> {pending}
     AND (run_at IS NULL OR run_at <= %(now)s)
+    AND NOT EXISTS (SELECT 1 FROM paused_queues WHERE paused_queues.queue = jobs.queue)
     ORDER BY priority DESC, created_at, seq
     LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 )
@@ -212,6 +217,8 @@ class ClusterNode:
         self.node_channel = node_channel(store.channel, self.node)
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Unique keys, cron ticks and pauses across the nodes.
+        self.shared = SharedState(self)
 
     # ------------------------------------------------------------------ wiring
 
@@ -224,6 +231,7 @@ class ClusterNode:
         self.store.releases = self._releases
         self.store.keys_low = self._keys_low
         self.store.on_abandon.append(self._abandon)
+        self.shared.start()
         self._tasks = [
             self._loop.create_task(self._heartbeats()),
             self._loop.create_task(self._listener()),
@@ -240,6 +248,7 @@ class ClusterNode:
         self.engine.on_idle_worker = None
         self.engine.on_short_fetch = None
         self.engine.claim_for_fetch = None
+        self.shared.close()
         if self._observed in self.engine.observers:
             self.engine.observers.remove(self._observed)
         self.store.releases = None
@@ -264,6 +273,30 @@ class ClusterNode:
         listen, self._listen = self._listen, None
         if listen is not None:
             listen.pgconn.finish()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def shared_fetch(self, statement: str, parameters: Any) -> list[tuple[Any, ...]]:
+        """A statement about shared state (`jobwire.store.pgshared`), on the status reads'
+        connection."""
+        return await self._reads.fetch(statement, parameters)
+
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        await self.shared.set_paused(queue, paused)
+
+    def hold(self, job: Job) -> bool:
+        return self.shared.hold(job)
+
+    def wants_hold(self) -> bool:
+        return self.shared.wants_hold()
+
+    async def settled(self, job: Job) -> str | None:
+        return await self.shared.settled(job)
+
+    def attach_cron(self, cron: CronScheduler) -> None:
+        self.shared.attach_cron(cron)
 
     def _fatal(self, reason: str) -> None:
         log.critical("cluster: %s", reason)
@@ -443,6 +476,9 @@ class ClusterNode:
                 delay = min(delay * 2, RECONNECT_MAX)
 
     def _heard(self, payload: str) -> None:
+        if payload.startswith(SHARED_NOTE):
+            self.shared.heard(payload)
+            return
         self._notes += 1
         function, separator, queue = payload.partition("\x1f")
         if not separator:  # "nodes": one came or went
@@ -463,6 +499,13 @@ class ClusterNode:
             self._want_everything()
 
     def _want_everything(self) -> None:
+        self.shared.refresh()
+        self.want_all()
+
+    def want_all(self) -> None:
+        """Claim for every idle worker and recent fetch, whatever was claimed dry (and a
+        claim in flight now does not mark anything dry: it may have missed the change)."""
+        self._notes += 1
         self._dry.clear()
         for name, fn in self.engine.functions.items():
             if fn.waiters:
@@ -500,14 +543,13 @@ class ClusterNode:
     def _releases(self, job: Job) -> bool:
         """At the end of the turn that created `job`: write it to the shared queue (and let
         it leave this engine) when other nodes run and no local worker is free for it."""
-        if not self.peers or job.background == bool(job.subscribers):
-            return False  # alone; or a background job a client waits on, or an orphan
-        fn = self.engine.functions.get(job.function)
-        if fn is not None and len(fn.workers) - fn.running >= fn.available:
-            return False  # a worker here is free for it
-        interest = self._queues.get(job.queue)
-        if interest is not None and interest[1] > time.monotonic():
-            return False  # fetched here lately
+        if not self.peers:
+            return False  # alone
+        held = self.shared.releases_held(job)
+        if held is not None:
+            return held  # a job held back until its unique key is settled
+        if job.background == bool(job.subscribers) or self.keeps(job):
+            return False  # a background job a client waits on, or an orphan; or kept
         if not self.engine.release(job):
             return False
         self.released += 1
@@ -515,6 +557,16 @@ class ClusterNode:
             job.state = JobState.PENDING  # neither queued nor running here (a cancel is a no-op)
             self._waits[job.id] = job
         return True
+
+    def keeps(self, job: Job, waiting_here: int = 0) -> bool:
+        """Whether a new job stays here rather than going to the shared queue: a worker here
+        is free for it, or its queue was fetched here lately. `waiting_here`: 1 for a job not
+        yet in its function's count of available jobs (held back)."""
+        fn = self.engine.functions.get(job.function)
+        if fn is not None and len(fn.workers) - fn.running >= fn.available + waiting_here:
+            return True
+        interest = self._queues.get(job.queue)
+        return interest is not None and interest[1] > time.monotonic()
 
     def _observed(self, event: str, job: Job) -> None:
         """A new foreground job goes to the store with this turn's batch, which decides at

@@ -47,16 +47,17 @@ from typing import Any
 
 import psycopg
 
-from jobwire.engine.job import Job
+from jobwire.engine.job import Job, JobState
 from jobwire.ports import RetractJobs, StoredJob
 
 # A job's row with every column, `Job.ext` encoded as the SQLite store encodes it.
 from jobwire.store.frames import KVChanges, full_row
+from jobwire.store.sharedkeys import CRON_CHANGED, CRON_NAMESPACE, shared_key
 from jobwire.store.sqlite import EARLY_BATCH_WRITES, StoreError
 
 log = logging.getLogger("jobwire.store")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Seconds between two connection attempts while PostgreSQL is away: doubling from the
 #: first to the last.
 RECONNECT_MIN = 0.05
@@ -138,9 +139,31 @@ CLUSTER_STATEMENTS = (
     " ON jobs (queue, priority DESC, created_at, seq) WHERE owner IS NULL",
     "CREATE INDEX IF NOT EXISTS jobs_by_id ON jobs (id)",
 )
+#: Version 3, state the nodes share (`jobwire.store.pgshared`): each live job's unique key
+#: with a unique index (one job per key in the whole cluster), the cron ticks fired, and the
+#: paused queues. Rows written before have no key: they coalesce only on their own node.
+SHARED_STATEMENTS = (
+    "ALTER TABLE jobs ADD COLUMN IF NOT EXISTS ukey text",
+    "CREATE UNIQUE INDEX IF NOT EXISTS jobs_by_unique_key ON jobs (ukey) WHERE ukey IS NOT NULL",
+    """CREATE TABLE IF NOT EXISTS cron_ticks (
+        name text NOT NULL,
+        at double precision NOT NULL,
+        node bigint NOT NULL,
+        fired_at timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (name, at)
+    )""",
+    """CREATE TABLE IF NOT EXISTS paused_queues (
+        queue text PRIMARY KEY,
+        since timestamptz NOT NULL DEFAULT now()
+    )""",
+)
 #: Migrations from version N to N + 1, by N (version 0: no tables). Rows of a one-node schema
 #: (version 1) have no owner after the upgrade: the first node to start alone adopts them.
-MIGRATIONS: dict[int, tuple[str, ...]] = {0: SCHEMA_STATEMENTS, 1: CLUSTER_STATEMENTS}
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    0: SCHEMA_STATEMENTS,
+    1: CLUSTER_STATEMENTS,
+    2: SHARED_STATEMENTS,
+}
 
 _COLUMNS = (
     "seq, id, function, queue, uniq, payload, priority, state, attempts, max_attempts,"
@@ -188,6 +211,35 @@ WITH saved AS (
 )
 SELECT count(pg_notify(%b::text, name)) FROM unnest(%b::text[]) AS name
 """
+_UNIQUE_ARRAYS = ", ".join(f"%b::{t}[]" for t in [*_TYPES, "bigint", "bigint", "text"])
+#: A batch with new jobs that carry a unique key (`jobwire.store.pgshared.shared_key`):
+#: `BATCH_SQL`'s parameters, then those rows with their key last. A row whose key a live job
+#: already holds (on any node) is not inserted: the conflict returns that job instead (the
+#: no-op update locks it, and waits for a batch inserting the same key to commit or roll
+#: back, so two nodes' batches never both take a key). The rows deleted go first (one whose
+#: key a new job takes again in this batch must not conflict with it). Answers the count of
+#: notifications, then per key taken or found: the key, the row key and the id of its job.
+BATCH_UNIQUE_SQL = f"""
+WITH saved AS (
+    INSERT INTO jobs ({_COLUMNS}, owner, client_node) SELECT * FROM unnest({_ARRAYS})
+    ON CONFLICT (seq) DO UPDATE SET {_UPDATES} WHERE jobs.owner = %b::bigint
+), removed AS (
+    DELETE FROM jobs WHERE seq = ANY(%b::bigint[]) AND owner = %b::bigint RETURNING 1
+), put AS (
+    INSERT INTO kv (namespace, key, value) SELECT * FROM unnest(%b::text[], %b::text[], %b::bytea[])
+    ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value
+), unput AS (
+    DELETE FROM kv WHERE (namespace, key) IN (SELECT * FROM unnest(%b::text[], %b::text[]))
+), uniq AS (
+    INSERT INTO jobs ({_COLUMNS}, owner, client_node, ukey)
+    SELECT * FROM unnest({_UNIQUE_ARRAYS}) WHERE (SELECT count(*) FROM removed) >= 0
+    ON CONFLICT (ukey) WHERE ukey IS NOT NULL DO UPDATE SET ukey = EXCLUDED.ukey
+    RETURNING ukey, seq, id
+)
+SELECT (SELECT count(pg_notify(%b::text, name)) FROM unnest(%b::text[]) AS name),
+    (SELECT array_agg(ukey) FROM uniq), (SELECT array_agg(seq) FROM uniq),
+    (SELECT array_agg(id) FROM uniq)
+"""
 #: Claimed, looked-up and loaded rows, as `StoredJob` takes them: the row key, then the origin.
 _STORED = f"{_COLUMNS.removeprefix('seq, ').removesuffix(', origin')}, seq, origin"
 _LOAD = f"SELECT {_STORED} FROM jobs WHERE owner = %s ORDER BY seq"
@@ -232,6 +284,7 @@ _ENGINE_NAMESPACE = "engine"
 _NUMBERS_KEY = "numbers_reserved"
 
 Callback = Callable[[bool], None]
+UniqueOutcome = Callable[[list[Job], list[tuple[Job, str]], list[Job]], None]
 #: A job's row as sent: the 15 columns in `_COLUMNS` order.
 Row = tuple[Any, ...]
 
@@ -242,9 +295,13 @@ def batch_parameters(
     node: int = 0,
     channel: str = "",
     ready: Iterable[str] = (),
+    unique: dict[int, Row] | None = None,
 ) -> list[Any]:
     """`BATCH_SQL`'s parameters for these changes (row key -> row with its owner and its
-    client's node last, None: delete), written by `node`, notifying `ready` on `channel`."""
+    client's node last, None: delete), written by `node`, notifying `ready` on `channel`;
+    `BATCH_UNIQUE_SQL`'s with the new rows that carry a unique key (`unique`, each row with
+    its key after its client's node), in the order of their keys (two batches inserting the
+    same keys then wait for each other in the same order)."""
     columns: list[list[Any]] = [[] for _ in range(len(_TYPES) + 2)]
     deleted: list[int] = []
     for key, row in rows.items():
@@ -263,7 +320,14 @@ def batch_parameters(
             put[0].append(namespace)
             put[1].append(name)
             put[2].append(value)
-    return [*columns, node, deleted, node, *put, *unput, channel, list(ready)]
+    parameters = [*columns, node, deleted, node, *put, *unput]
+    if unique:
+        keyed: list[list[Any]] = [[] for _ in range(len(_TYPES) + 3)]
+        for _, row in sorted(unique.items(), key=lambda item: item[1][-1]):
+            for column, value in zip(keyed, row, strict=True):  # by key: no deadlock
+                column.append(value)
+        parameters += keyed
+    return [*parameters, channel, list(ready)]
 
 
 def schema_version(conn: psycopg.Connection[Any]) -> int:
@@ -367,6 +431,18 @@ class PostgresStore:
         self.keys_low: Callable[[], None] | None = None
         #: The next block of row keys, when the cluster took it ahead of need.
         self.spare_keys: tuple[int, int] | None = None
+        #: New jobs with a unique key that must not run before their batch shows whether
+        #: their key was free in the whole cluster (`jobwire.store.pgshared`), by id: their
+        #: rows are written as available.
+        self.held: dict[str, Job] = {}
+        #: Told, when a batch with held jobs finishes and before its waiters hear of it, of
+        #: those that took their key, those that found it taken (each with the id of the
+        #: job holding it) and those whose batch failed.
+        self.on_unique: UniqueOutcome | None = None
+        #: While the waiters of a batch are told: the new jobs of the batch that found their
+        #: key taken, id -> the id of the job holding it (their acknowledgements name it).
+        #: Always this one dict (the Gearman listener keeps a reference).
+        self.coalesced: dict[str, str] = {}
         # The node's connection: migrates, registers the node, adopts the jobs of dead
         # nodes, replays; then holds the node's lock for as long as it runs.
         self._lock_conn = connect(dsn)
@@ -403,6 +479,9 @@ class PostgresStore:
         self._handed = 0  # number of the last batch handed off
         self._handed_at = 0  # `write_count` then
         self._done = 0  # number of the last batch whose commit finished
+        # New jobs with a unique key by batch number, until their batch finishes.
+        self._keyed: dict[int, dict[int, tuple[Job, str]]] = {}
+        self._renames: dict[int, dict[str, str]] = {}  # `coalesced` of finished batches
         # Batches in flight: their row keys, key-value names and task, by batch number.
         self._flying: dict[int, tuple[set[int], set[tuple[str, str]], asyncio.Task[None]]] = {}
         self._results: dict[int, bool] = {}  # finished before an earlier batch: ok, by number
@@ -537,6 +616,13 @@ class PostgresStore:
         if not self._scheduled:
             self._schedule()
 
+    def kv_pending(self, namespace: str) -> set[str]:
+        """The keys of `namespace` written here and not yet committed."""
+        names = [*self._kv, *self._kv_carried]
+        for _, flying, _ in self._flying.values():
+            names += flying
+        return {key for ns, key in names if ns == namespace}
+
     def numbers_reserved(self, ceiling: int) -> None:
         self.kv_put(_ENGINE_NAMESPACE, _NUMBERS_KEY, str(ceiling).encode())
 
@@ -588,12 +674,15 @@ class PostgresStore:
     def _has_writes(self) -> bool:
         return bool(self._changes or self._kv or self._created)
 
-    def _take_batch(self) -> tuple[dict[int, Row | None], KVChanges, list[Job], set[str]]:
+    def _take_batch(
+        self,
+    ) -> tuple[dict[int, Row | None], KVChanges, list[Job], set[str], dict[int, tuple[Job, str]]]:
         """The current batch as rows (each with its owner and its client's node last), under
         what failed batches left to carry, and the "function<US>queue" names that got unowned
         jobs: new jobs that `releases` lets go to the shared queue are written without an
         owner (a foreground one with this node as its client's; the cluster saves those
-        only to offer them, `jobwire.store.pgcluster`)."""
+        only to offer them, `jobwire.store.pgcluster`). New jobs with a unique key are
+        taken out of the rows, with their key, to be inserted on condition."""
         rows = dict(self._carried)
         me = self.node
         releases = self.releases
@@ -619,12 +708,38 @@ class PostgresStore:
                 kept_foreground = True
         if kept_foreground:
             created = [job for job in created if job.background or job.row in rows]
+        keyed: dict[int, tuple[Job, str]] = {}
+        if created:
+            keyed = self._keyed_rows(rows, created)
         kv = dict(self._kv_carried)
         kv.update(self._kv)
+        if kv and any(namespace == CRON_NAMESPACE for namespace, _ in kv):
+            ready.add(CRON_CHANGED)  # the other nodes read the registrations again
         self._carried, self._kv_carried = {}, {}
         self._changes, self._kv, self._created = {}, {}, []
         self._new_rows = set()
-        return rows, kv, created, ready
+        return rows, kv, created, ready, keyed
+
+    def _keyed_rows(
+        self, rows: dict[int, Row | None], created: list[Job]
+    ) -> dict[int, tuple[Job, str]]:
+        """The new jobs of `rows` that carry a unique key: each with its key. A held job's
+        row says it is available (the engine holds it back until its batch commits)."""
+        keyed: dict[int, tuple[Job, str]] = {}
+        held = self.held
+        for job in created:
+            row = rows.get(job.row)
+            if row is None:
+                held.pop(job.id, None)  # removed before it was written: nothing to settle
+                continue
+            key = shared_key(job)
+            if key is None:
+                continue
+            if job.id in held:
+                row = (*row[:7], int(JobState.AVAILABLE), *row[8:])
+                rows[job.row] = row
+            keyed[job.row] = (job, key)
+        return keyed
 
     def _overlaps_a_commit(self) -> bool:
         """Some row or record of the current batch is also in a commit in flight: the batch
@@ -651,16 +766,21 @@ class PostgresStore:
         self._handed_at = self.write_count
         created = self._created
         try:
-            rows, kv, created, ready = self._take_batch()
+            rows, kv, created, ready, keyed = self._take_batch()
         except Exception as exc:  # a value that cannot be turned into a row: this batch fails
             log.exception("store: cannot encode a batch")
             self._changes, self._kv, self._created, self._new_rows = {}, {}, [], set()
+            held = {job.row: (job, "") for job in created if job.id in self.held}
+            if held:
+                self._keyed[number] = held  # settled as failed with the batch
             self._finished(number, None, {}, {}, created, f"cannot encode the batch: {exc!r}")
             return
         if kv:
             self._kv_written.update(kv)
         slot = self._free.pop()
         assert self._loop is not None
+        if keyed:
+            self._keyed[number] = keyed
         task = self._loop.create_task(self._commit(number, slot, rows, kv, created, ready))
         self._flying[number] = (set(rows), set(kv), task)
 
@@ -676,21 +796,59 @@ class PostgresStore:
         error: str | None = None
         if rows or kv:
             try:
-                parameters = batch_parameters(rows, kv, self.node, self.channel, ready)
-                await self._execute(slot, parameters)
+                keyed = self._keyed.get(number)
+                unique = self._split_keyed(rows, keyed) if keyed else None
+                parameters = batch_parameters(rows, kv, self.node, self.channel, ready, unique)
+                statement = BATCH_UNIQUE_SQL if unique else BATCH_SQL
+                answer = await self._execute(slot, parameters, statement)
+                if keyed and answer is not None:
+                    self._note_keys(number, keyed, answer)
             except Exception as exc:
                 error = _reason(exc)
         self._finished(number, slot, rows, kv, created, error)
 
-    async def _execute(self, slot: int, parameters: list[Any]) -> None:
-        """One statement, on a new connection once more if the connection broke."""
+    @staticmethod
+    def _split_keyed(
+        rows: dict[int, Row | None], keyed: dict[int, tuple[Job, str]]
+    ) -> dict[int, Row]:
+        """The rows of `keyed` jobs with their key, out of `rows` (which keeps the others)."""
+        unique: dict[int, Row] = {}
+        for key, (_, ukey) in keyed.items():
+            row = rows.pop(key, None)
+            if row is not None:
+                unique[key] = (*row, ukey)
+        return unique
+
+    def _note_keys(
+        self, number: int, keyed: dict[int, tuple[Job, str]], answer: tuple[Any, ...]
+    ) -> None:
+        """Which new jobs of batch `number` found their key held by another job (the
+        statement answers, per key, the row key and id of the job that holds it)."""
+        holders = dict(
+            zip(answer[1] or (), zip(answer[2] or (), answer[3] or (), strict=True), strict=True)
+        )
+        renames: dict[str, str] = {}
+        for row_key, (job, ukey) in keyed.items():
+            holder = holders.get(ukey)
+            if holder is not None and holder[0] != row_key:
+                renames[job.id] = str(holder[1])
+        self._renames[number] = renames
+
+    async def _execute(
+        self, slot: int, parameters: list[Any], statement: str = BATCH_SQL
+    ) -> tuple[Any, ...] | None:
+        """One statement, on a new connection once more if the connection broke (or if the
+        statement was chosen to break a deadlock: it changed nothing): its answer."""
         for attempt in (1, 2):
             conn = await self._connection(slot)
             try:
                 self.round_trips += 1
                 async with asyncio.timeout(COMMIT_TIMEOUT):
-                    await conn.execute(BATCH_SQL, parameters)
-                return
+                    cur = await conn.execute(statement, parameters)
+                    return await cur.fetchone()
+            except psycopg.errors.DeadlockDetected:
+                if attempt == 2:
+                    raise
             except Exception as exc:
                 if (
                     not _is_disconnect(exc)
@@ -701,6 +859,7 @@ class PostgresStore:
                 self._drop_connection(slot)
                 if attempt == 2:
                     raise
+        return None
 
     async def _connection(self, slot: int) -> psycopg.AsyncConnection[Any]:
         conn = self._conns[slot]
@@ -746,6 +905,9 @@ class PostgresStore:
             self._free.append(slot)
         ok = error is None
         self._note_result(error)
+        keyed = self._keyed.pop(number, None)
+        if keyed:
+            self._keys_settled(number, keyed, ok)
         if ok:
             self.commits += 1
         else:
@@ -769,15 +931,52 @@ class PostgresStore:
         while self._done + 1 in results:
             self._done += 1
             reported = results.pop(self._done)
+            renames = self._renames.pop(self._done, None)
+            if renames:
+                self.coalesced.update(renames)  # one dict: listeners keep a reference
             while waiters and waiters[0][0] <= self._done:
                 callback = waiters.popleft()[1]
                 try:
                     callback(reported)
                 except Exception:
                     log.exception("after_commit callback failed")
+            if renames:
+                self.coalesced.clear()
         # The next batch goes at once; rows carried from a failed batch go with it, or
         # alone once a commit succeeds again (PostgreSQL is back).
         self._hand_off(carried=ok)
+
+    def _keys_settled(self, number: int, keyed: dict[int, tuple[Job, str]], ok: bool) -> None:
+        """Batch `number`, with new jobs that carry a unique key, committed (`ok`) or failed:
+        the held ones are released to the cluster's care (`on_unique`); a job not held whose
+        key was taken (it may be running already) is written again without the key (it
+        stays, coalescing on this node only)."""
+        renames = self._renames.get(number, {}) if ok else {}
+        won: list[Job] = []
+        lost: list[tuple[Job, str]] = []
+        failed: list[Job] = []
+        for job, _ in keyed.values():
+            held = self.held.pop(job.id, None) is job
+            holder = renames.get(job.id)
+            if not ok:
+                if held:
+                    failed.append(job)
+                continue
+            if holder is None:
+                if held:
+                    won.append(job)
+            elif held:
+                lost.append((job, holder))
+            else:
+                del renames[job.id]  # its acknowledgement names it: it stays
+                if not job.state.terminal:  # a row of its own now, as an update
+                    log.warning("store: job %s keeps a unique key %s also holds", job.id, holder)
+                    self.job_saved(job)
+        if self.on_unique is not None and (won or lost or failed):
+            try:
+                self.on_unique(won, lost, failed)
+            except Exception:
+                log.exception("store: settling unique keys failed")
 
     def _note_result(self, error: str | None) -> None:
         if error is None:
@@ -824,12 +1023,13 @@ class PostgresStore:
                 task.cancel()
             ok = False
         elif self._has_writes() or self._carried or self._kv_carried:
-            rows, kv, _created, ready = self._take_batch()
+            rows, kv, _created, ready, keyed = self._take_batch()
             self._handed += 1
             try:
                 if rows or kv:
-                    parameters = batch_parameters(rows, kv, self.node, self.channel, ready)
-                    self._lock_conn.execute(BATCH_SQL, parameters)
+                    unique = self._split_keyed(rows, keyed) if keyed else None
+                    parameters = batch_parameters(rows, kv, self.node, self.channel, ready, unique)
+                    self._lock_conn.execute(BATCH_UNIQUE_SQL if unique else BATCH_SQL, parameters)
             except psycopg.Error as exc:
                 log.error("store: final commit failed: %s", _reason(exc))
                 ok = False

@@ -45,6 +45,7 @@ from jobwire.protocols.ojs.times import format_time
 from jobwire.server.ojs.admin import direct_worker
 from jobwire.server.ojs.observability import priority_name
 from jobwire.server.ojs.workers import worker_json
+from jobwire.server.pauses import set_queue_paused
 
 if TYPE_CHECKING:
     from jobwire.server.ojs.app import OJSService
@@ -671,7 +672,7 @@ class Dashboard:
         action = request.match_info["action"]
         if action not in ("pause", "resume") or name not in self.engine.queues:
             raise web.HTTPNotFound(reason="no such queue or action")
-        self.engine.queue(name).paused = action == "pause"
+        await set_queue_paused(self.service.runtime, name, action == "pause")
         return self.back(request, form, PREFIX + "/queues")
 
     async def worker_action(self, request: web.Request) -> web.StreamResponse:

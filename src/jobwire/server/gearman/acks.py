@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jobwire.protocols.gearman.replies import NOT_STORED
+from jobwire.protocols.gearman.replies import NOT_STORED, created_handle, job_created
 from jobwire.server.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -61,6 +61,9 @@ class Acks:
         self.joined: list[bytes] = []
         #: Replies queued so far that may only go out once the store has what they announce.
         self.count = 0
+        #: While a commit's waiters are told: its new jobs that found their unique key held
+        #: by a job on another node, id -> that job's id (a cluster's store; one dict, kept).
+        self.coalesced: dict[str, str] | None = getattr(runtime.store, "coalesced", None)
 
     def job_created(self, reply: bytes, created: bool) -> None:
         """A background submit's JOB_CREATED, queued: of a new job, or one it joined."""
@@ -98,6 +101,8 @@ class Acks:
         self.released = hold.end
         if not ok:
             self._retract(hold)
+        elif self.coalesced:
+            self._rename(hold, self.coalesced)
         conn = self.conn
         if not conn.reading:  # else the read's end flushes
             conn.flush()
@@ -119,3 +124,18 @@ class Acks:
             elif j < len(joined) and entry is joined[j]:
                 out[index] = NOT_STORED
                 j += 1
+
+    def _rename(self, hold: Hold, coalesced: dict[str, str]) -> None:
+        """The JOB_CREATED replies of jobs that found their unique key held on another node
+        name the job that holds it instead: the one the submit joined."""
+        conn = self.conn
+        out = conn.out
+        replies = [*hold.created, *(hold.joined or [])]
+        for index in range(min(hold.end - conn.sent, len(out))):  # those not yet sent
+            entry = out[index]
+            for reply in replies:
+                if entry is reply:
+                    holder = coalesced.get(created_handle(reply).decode(errors="replace"))
+                    if holder is not None:
+                        out[index] = job_created(holder.encode())
+                    break

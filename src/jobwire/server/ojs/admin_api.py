@@ -25,6 +25,7 @@ from jobwire.server.ojs.http import BASE, query_int, read_object, reply
 from jobwire.server.ojs.queues import STATES
 from jobwire.server.ojs.render import job_json
 from jobwire.server.ojs.workers import worker_json
+from jobwire.server.pauses import set_queue_paused
 
 if TYPE_CHECKING:
     from aiohttp.web_response import Response
@@ -128,14 +129,14 @@ class AdminRoutes:
         return reply(_page(request, items))
 
     async def pause(self, request: web.Request) -> Response:
-        return self._set_paused(request, True)
+        return await self._set_paused(request, True)
 
     async def resume(self, request: web.Request) -> Response:
-        return self._set_paused(request, False)
+        return await self._set_paused(request, False)
 
-    def _set_paused(self, request: web.Request, paused: bool) -> Response:
+    async def _set_paused(self, request: web.Request, paused: bool) -> Response:
         name = check_queue(request.match_info["name"])
-        self.engine.queue(name).paused = paused
+        await set_queue_paused(self.service.runtime, name, paused)
         return reply({"queue": name, "paused": paused})
 
     async def configure(self, request: web.Request) -> Response:

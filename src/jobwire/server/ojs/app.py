@@ -45,8 +45,9 @@ from jobwire.server.ojs.http import BASE, failure_reply, finish_reply, reply
 from jobwire.server.ojs.liveness import WorkerLiveness
 from jobwire.server.ojs.ratelimit import KeyedLimits, QueueRateLimits
 from jobwire.server.ojs.render import job_json, payload_for
-from jobwire.server.ojs.unique import UniqueIndex
+from jobwire.server.ojs.unique import UniqueIndex, shares_unique_key
 from jobwire.server.runtime import Runtime
+from jobwire.store.sharedkeys import OJS_SHARED
 
 log = logging.getLogger("jobwire.ojs")
 
@@ -176,6 +177,8 @@ class OJSService:
             if ext.get("unique_key"):
                 self.uniques.add(ext["unique_key"], job, ext.get("unique_until"))
         restored = self.cron.load()
+        if self.runtime.cluster is not None:  # one registry, each tick fired once
+            self.runtime.cluster.attach_cron(self.cron)
         if restored:
             log.info("restored %d cron registrations", restored)
         restored = self.dead_letter.load()
@@ -355,10 +358,16 @@ class OJSService:
         return plan
 
     def commit(
-        self, plan: Prepared, extra_ext: dict[str, Any] | None = None, origin: int = ORIGIN_OJS
+        self,
+        plan: Prepared,
+        extra_ext: dict[str, Any] | None = None,
+        origin: int = ORIGIN_OJS,
+        share_unique: bool = True,
     ) -> tuple[Job, bool]:
         """Submit a prepared PUSH: the new job and True, or the existing one for `ignore`.
-        `origin`: how it came (the HTTP binding unless cron or a workflow made it)."""
+        `origin`: how it came (the HTTP binding unless cron or a workflow made it).
+        `share_unique`: its unique key may be kept cluster-wide (not for a batch, whose
+        reply does not wait for each key to be settled)."""
         req, engine = plan.req, self.engine
         existing = plan.existing
         if existing is not None and plan.policy is not None:
@@ -378,10 +387,16 @@ class OJSService:
             "timeout": req.timeout,
             "enqueued_at": now,
         }
+        held = False
         if plan.unique_key is not None and plan.policy is not None:
             ext["unique_key"] = plan.unique_key
             if plan.policy.period is not None:
                 ext["unique_until"] = now + plan.policy.period
+            if share_unique and shares_unique_key(plan.policy):
+                ext[OJS_SHARED] = True
+                cluster = self.runtime.cluster
+                held = not req.pending and req.run_at is None
+                held = held and cluster is not None and cluster.wants_hold()
         if req.expires_at is not None:
             ext["expires_at"] = req.expires_at
             raw = req.options.get("expires_at")
@@ -408,12 +423,14 @@ class OJSService:
                 run_at=req.run_at,
                 max_attempts=req.retry.max_attempts,
                 lease_timeout=req.visibility_timeout,
-                pending=req.pending,
+                pending=req.pending or held,
                 ext=ext,
                 origin=origin,
             )
         except QueueFull as exc:
             raise OJSError("rate_limited", str(exc), retryable=True) from None
+        if held and self.runtime.cluster is not None and not self.runtime.cluster.hold(job):
+            engine.activate(job)  # the other nodes went meanwhile: nothing to settle
         if plan.unique_key is not None:
             self.uniques.add(plan.unique_key, job, ext.get("unique_until"))
         if req.expires_at is not None:

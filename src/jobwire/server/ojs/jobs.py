@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from jobwire.engine.errors import IllegalTransition
-from jobwire.protocols.ojs.envelope import parse_plain_push, parse_push
+from jobwire.engine.job import JobState
+from jobwire.protocols.ojs.envelope import PushRequest, parse_plain_push, parse_push
 from jobwire.protocols.ojs.errors import OJSError, invalid
 from jobwire.protocols.ojs.limits import MAX_BATCH
 from jobwire.server.ojs.app import Prepared, illegal
@@ -45,6 +46,11 @@ class JobRoutes:
         if req is None:
             req = parse_push(decode_json(raw))
         job, created = self.service.submit(req)
+        cluster = self.service.runtime.cluster
+        if created and cluster is not None and job.state is JobState.PENDING and not req.pending:
+            holder = await cluster.settled(job)  # held until the cluster settles its key
+            if holder is not None:
+                return await self._coalesced(req, holder)
         if not created:  # unique conflict with on_conflict=ignore: the existing job
             return reply({"job": job_json(job), "duplicate": True})
         headers = {"Location": f"{BASE}/jobs/{job.id}"}
@@ -53,6 +59,25 @@ class JobRoutes:
         if req.rate_limit is not None or req.keyed_limit is not None:
             headers.update(_rate_limit_headers(req.rate_limit, req.keyed_limit))
         return reply({"job": job_json(job)}, 201, headers)
+
+    async def _coalesced(self, req: PushRequest, holder: str) -> web.Response:
+        """A job whose unique key a job on another node holds: the push conflicts with
+        that job, as with one on this node (`OJSService.prepare`)."""
+        policy = req.unique_policy
+        key = policy.fingerprint(req.type, req.queue, req.args, req.meta) if policy else None
+        if policy is None or policy.on_conflict == "reject":
+            raise OJSError(
+                "duplicate",
+                f"a job with the same unique key exists: {holder}",
+                details={"existing_job_id": holder, "unique_key": key},
+            )
+        cluster = self.service.runtime.cluster
+        existing = self.service.engine.jobs.get(holder)
+        if existing is None and cluster is not None:
+            existing = await cluster.find_job(holder)
+        if existing is None:  # it finished meanwhile: its id is all there is to tell
+            return reply({"job": {"id": holder}, "duplicate": True})
+        return reply({"job": job_json(existing), "duplicate": True})
 
     async def push_batch(self, request: web.Request) -> web.Response:
         """Every job is validated and checked before any is created: all or nothing."""
@@ -80,7 +105,7 @@ class JobRoutes:
         created = []
         try:
             for plan in plans:
-                created.append(self.service.commit(plan))
+                created.append(self.service.commit(plan, share_unique=False))
         except OJSError:
             self._undo(created)  # so the batch stays all or nothing
             raise

@@ -17,6 +17,7 @@ from jobwire.ports.cluster import ClusterView
 from jobwire.protocols.ojs.envelope import check_queue
 from jobwire.protocols.ojs.errors import OJSError
 from jobwire.server.ojs.http import BASE, reply
+from jobwire.server.pauses import set_queue_paused
 
 if TYPE_CHECKING:
     from jobwire.server.ojs.app import OJSService
@@ -106,10 +107,10 @@ class QueueRoutes:
 
     async def pause(self, request: web.Request) -> web.Response:
         info = self._queue(request)
-        info.paused = True
+        await set_queue_paused(self.service.runtime, info.name, True)
         return reply({"queue": self._summary(info)})
 
     async def resume(self, request: web.Request) -> web.Response:
         info = self._queue(request)
-        info.paused = False
+        await set_queue_paused(self.service.runtime, info.name, False)
         return reply({"queue": self._summary(info)})

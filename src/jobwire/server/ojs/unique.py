@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from jobwire.engine.job import Job
 from jobwire.engine.jobindex import JobIndex
-from jobwire.protocols.ojs.unique import UniquePolicy
+from jobwire.protocols.ojs.unique import DEFAULT_STATES, UniquePolicy
+
+
+def shares_unique_key(policy: UniquePolicy) -> bool:
+    """Whether a cluster's unique index can keep this policy's lock: one that lasts as long
+    as the job lives (no period, every live state), and a conflict that rejects or joins (a
+    replace would cancel the other node's job). Others lock on the job's node only."""
+    return (
+        policy.period is None
+        and policy.states >= frozenset(DEFAULT_STATES)
+        and policy.on_conflict in ("reject", "ignore")
+    )
 
 
 class UniqueIndex:

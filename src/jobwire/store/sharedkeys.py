@@ -1,0 +1,47 @@
+"""The unique key a job holds in the whole cluster (`jobs.ukey`, unique while the job lives).
+
+Two kinds, kept apart by their first letter:
+
+- `e`: the engine's coalescing key (Gearman's unique id, and the other listeners' that use
+  it): the function and the unique id, or for `-` a digest of the payload.
+- `o`: an OJS unique fingerprint, when the job's policy is one the index can keep: a lock
+  that lasts while the job lives (no `period`, every live state). Other policies, and
+  `replace`, coalesce on the node that took the job only (`OJSService.commit` marks the
+  shareable ones).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from jobwire.engine.job import Job
+
+#: `Job.ext` marker of an OJS job whose unique fingerprint the cluster keeps.
+OJS_SHARED = "unique_shared"
+
+
+def shared_key(job: Job) -> str | None:
+    """None for a foreground job: its client waits on its node, which coalesces it alone."""
+    if not job.background:
+        return None
+    unique = job.unique
+    if unique:
+        if unique == "-":
+            digest = hashlib.sha256(job.payload).hexdigest()
+            return f"e\x1f{job.function}\x1f-{digest}"
+        return f"e\x1f{job.function}\x1f{unique}"
+    ext = job.ext
+    if ext is not None and ext.get(OJS_SHARED):
+        fingerprint = ext.get("unique_key")
+        if isinstance(fingerprint, str):
+            return f"o\x1f{fingerprint}"
+    return None
+
+
+#: Notifications of shared state, on the cluster's channel (work notifications are
+#: "function<US>queue", "nodes" a node coming or going): the cron registrations changed
+#: (a batch wrote a record of this key-value namespace); the paused queues changed.
+SHARED_NOTE = "\x1e"
+CRON_NAMESPACE = "cron"
+CRON_CHANGED = SHARED_NOTE + "cron"
+PAUSES_CHANGED = SHARED_NOTE + "pause"

@@ -1,0 +1,232 @@
+"""State two nodes share (store/pgshared.py): unique keys, cron ticks, pauses.
+
+Real server processes on the local PostgreSQL, each test in a schema of its own, driven
+through the wire (Gearman packets, OJS HTTP). Every wait polls for a condition up to a
+generous deadline; nothing depends on how long anything takes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.cluster.conftest import start_nodes
+from tests.interop.gearman_raw import Cmd, GearmanSocket, wait_until
+from tests.ojs.dsl import Runner
+from tests.pg import Schema
+from tests.servers import ServerProcess
+
+pytestmark = pytest.mark.interop
+
+#: Generous: the machine is shared, and cron fires once a second.
+LONG = 120.0
+
+
+def api(node: ServerProcess) -> Runner:
+    return Runner(f"http://127.0.0.1:{node.http_port}")
+
+
+def created(client: GearmanSocket) -> str:
+    reply = client.expect(Cmd.JOB_CREATED)
+    return str(reply.args[0].decode())
+
+
+# ---------------------------------------------------------------------- unique keys
+
+
+def test_the_same_unique_key_submitted_on_two_nodes_at_once_makes_one_job(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_nodes(nodes, schema, 2)
+    keys = [f"key-{n}" for n in range(40)]
+    with GearmanSocket(first) as one, GearmanSocket(second) as other:
+        # Both nodes get every submit before either answers: their batches race for the keys.
+        for key in keys:
+            one.send(Cmd.SUBMIT_JOB_BG, "coalesce", key, f"one {key}")
+            other.send(Cmd.SUBMIT_JOB_BG, "coalesce", key, f"other {key}")
+        handles_one = [created(one) for _ in keys]
+        handles_other = [created(other) for _ in keys]
+    assert handles_one == handles_other  # each submit names the job that holds its key
+    assert len(set(handles_one)) == len(keys)
+    rows = schema.rows("SELECT id, ukey FROM {schema}.jobs ORDER BY id")
+    assert sorted(row[0] for row in rows) == sorted(handles_one)
+    assert sorted(str(row[1]).rpartition("\x1f")[2] for row in rows) == sorted(keys)
+    # Each job runs once: a worker on the second node runs every one, claimed or its own.
+    ran: list[str] = []
+    with GearmanSocket(second) as worker:
+        worker.send(Cmd.CAN_DO, "coalesce")
+        while len(ran) < len(keys):
+            assigned = worker.grab()
+            if assigned.type == Cmd.NO_JOB:  # its node claims for it meanwhile
+                worker.send(Cmd.PRE_SLEEP)
+                assert worker.expect(Cmd.NOOP)
+                continue
+            ran.append(assigned.args[0].decode())
+            worker.send(Cmd.WORK_COMPLETE, assigned.args[0], b"")
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "run")
+    assert sorted(ran) == sorted(handles_one)
+
+
+def test_a_unique_job_waits_for_its_key_then_runs_and_frees_it(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_nodes(nodes, schema, 2)
+    with GearmanSocket(first) as worker, GearmanSocket(first) as client:
+        worker.send(Cmd.CAN_DO, "solo")
+        assert worker.grab().type == Cmd.NO_JOB
+        worker.send(Cmd.PRE_SLEEP)
+        handle = client.submit_bg("solo", "payload", unique="the-key")
+        # Kept on this node (its worker is free), run once its key is settled.
+        assert worker.expect(Cmd.NOOP)
+        assigned = worker.grab()
+        assert (assigned.type, assigned.args[0].decode()) == (Cmd.JOB_ASSIGN_UNIQ, handle)
+        with GearmanSocket(second) as late:
+            assert late.submit_bg("solo", "other payload", unique="the-key") == handle
+        worker.send(Cmd.WORK_COMPLETE, handle, "done")
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "done")
+    with GearmanSocket(second) as client:
+        again = client.submit_bg("solo", "payload", unique="the-key")
+    assert again != handle  # the key was freed with its job
+    assert schema.rows("SELECT id FROM {schema}.jobs") == [(again,)]
+
+
+def test_a_foreground_unique_job_a_node_cannot_run_reaches_its_client_from_another(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_nodes(nodes, schema, 2)
+    with GearmanSocket(second) as worker, GearmanSocket(first) as client:
+        worker.send(Cmd.CAN_DO, "fg-unique")
+        assert worker.grab().type == Cmd.NO_JOB
+        worker.send(Cmd.PRE_SLEEP)
+        with GearmanSocket(second) as other:  # a background job with the key, there
+            background = other.submit_bg("fg-unique", "queued", unique="same")
+        assert worker.expect(Cmd.NOOP)
+        assert worker.grab().args[0].decode() == background
+        # Coalesced on its own node only: its client waits there, for a job of its own.
+        handle = client.submit_fg("fg-unique", "asked", unique="same")
+        assert handle != background
+        worker.send(Cmd.PRE_SLEEP)
+        assert worker.expect(Cmd.NOOP)
+        assigned = worker.grab()
+        assert (assigned.args[0].decode(), assigned.args[-1]) == (handle, b"asked")
+        worker.send(Cmd.WORK_COMPLETE, handle, "answer")
+        assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"answer")
+        worker.send(Cmd.WORK_COMPLETE, background, "")
+
+
+def test_an_ojs_unique_push_conflicts_with_the_job_another_node_holds(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_nodes(nodes, schema, 2, http=True)
+
+    def push(node: ServerProcess, on_conflict: str) -> Any:
+        body = {
+            "type": "mail",
+            "args": ["ann@example.com"],
+            "options": {"queue": "mails", "unique": {"on_conflict": on_conflict}},
+        }
+        return api(node).request("POST", "/ojs/v1/jobs", body)
+
+    pushed = push(first, "reject")
+    assert pushed.status == 201, pushed.raw
+    job_id = pushed.body["job"]["id"]
+    assert pushed.body["job"]["state"] == "available"
+    refused = push(second, "reject")
+    assert refused.status == 409, refused.raw
+    assert refused.body["error"]["details"]["existing_job_id"] == job_id
+    joined = push(second, "ignore")
+    assert joined.status == 200, joined.raw
+    assert (joined.body["job"]["id"], joined.body["duplicate"]) == (job_id, True)
+    assert schema.rows("SELECT id FROM {schema}.jobs") == [(job_id,)]
+
+
+# ---------------------------------------------------------------------- cron
+
+
+def cron_jobs(schema: Schema) -> list[str]:
+    """The tick each stored cron job was made for."""
+    rows = schema.rows("SELECT ext FROM {schema}.jobs WHERE queue = 'ticks'")
+    return [json.loads(bytes(row[0]))["meta"]["cron_triggered_at"] for row in rows]  # type: ignore[arg-type]
+
+
+def test_a_cron_entry_registered_on_one_node_fires_each_tick_on_one_node(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_nodes(nodes, schema, 2, http=True)
+    entry = {
+        "name": "every-second",
+        "expression": "* * * * * *",
+        "overlap_policy": "allow",  # the jobs stay queued: every tick makes one
+        "job_template": {"type": "tick", "args": [], "options": {"queue": "ticks"}},
+    }
+    registered = api(first).request("POST", "/ojs/v1/cron", entry)
+    assert registered.status == 201, registered.raw
+
+    def listed() -> Any:
+        got = api(second).request("GET", "/ojs/v1/cron")
+        return [c["name"] for c in got.body["crons"]] == ["every-second"] or None
+
+    wait_until(listed, "the other node lists the entry", LONG)
+    wait_until(lambda: len(cron_jobs(schema)) >= 4 or None, "four ticks", LONG)
+    ticks = cron_jobs(schema)
+    assert len(ticks) == len(set(ticks)), ticks  # no tick fired twice
+    fired_by = schema.rows("SELECT DISTINCT node FROM {schema}.cron_ticks")
+    assert fired_by, "the ticks are recorded"
+
+    def seen_on(node: ServerProcess) -> Any:
+        got = api(node).request("GET", "/ojs/v1/cron/every-second").body["cron"]
+        return got if got["run_count"] >= 4 and got["last_run_at"] else None
+
+    for node in (first, second):  # whichever node fired, both show the runs
+        wait_until(lambda node=node: seen_on(node), "the last run on every node", LONG)
+    deleted = api(second).request("DELETE", "/ojs/v1/cron/every-second")
+    assert deleted.status == 200, deleted.raw
+
+    def gone_on_first() -> Any:
+        return api(first).request("GET", "/ojs/v1/cron/every-second").status == 404 or None
+
+    wait_until(gone_on_first, "the deletion reaches the other node", LONG)
+    ticks = cron_jobs(schema)
+    assert len(ticks) == len(set(ticks)), ticks
+
+
+# ---------------------------------------------------------------------- pauses
+
+
+def queue_paused(node: ServerProcess, queue: str) -> bool:
+    """As the node's list of queues shows it."""
+    got = api(node).request("GET", "/ojs/v1/queues")
+    assert got.status == 200, got.raw
+    [shown] = [q for q in got.body["queues"] if q["name"] == queue]
+    return bool(shown["paused"]) and shown["status"] == "paused"
+
+
+def test_a_queue_paused_on_one_node_is_paused_on_the_other_until_resumed(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_nodes(nodes, schema, 2, http=True)
+    job = {"type": "report", "args": [1], "options": {"queue": "held"}}
+    pushed = api(first).request("POST", "/ojs/v1/jobs", job)  # creates the queue there
+    assert pushed.status == 201, pushed.raw
+    job_id = pushed.body["job"]["id"]
+    paused = api(first).request("POST", "/ojs/v1/queues/held/pause")
+    assert paused.status == 200, paused.raw
+    assert schema.rows("SELECT queue FROM {schema}.paused_queues") == [("held",)]
+    wait_until(lambda: queue_paused(second, "held") or None, "paused on the other node", LONG)
+    fetched = api(second).request("POST", "/ojs/v1/workers/fetch", {"queues": ["held"]})
+    assert (fetched.status, fetched.body["jobs"]) == (200, []), fetched.raw
+    # A Gearman worker for its type on the second node claims by function: not this job.
+    with GearmanSocket(second) as worker:
+        worker.send(Cmd.CAN_DO, "report")
+        assert worker.grab().type == Cmd.NO_JOB
+        assert schema.rows("SELECT owner IS NULL FROM {schema}.jobs") == [(True,)]
+        resumed = api(second).request("POST", "/ojs/v1/queues/held/resume")
+        assert resumed.status == 200, resumed.raw
+        wait_until(lambda: not queue_paused(first, "held") or None, "resumed everywhere", LONG)
+        assert schema.rows("SELECT count(*) FROM {schema}.paused_queues") == [(0,)]
+        worker.send(Cmd.PRE_SLEEP)
+        assert worker.expect(Cmd.NOOP)  # the resume made its node claim the job
+        assigned = worker.grab()
+        assert assigned.args[0].decode() == job_id
