@@ -54,6 +54,7 @@ MODULES = (
     "jobwire.sdk.lifecycle",
     "jobwire.sdk.payload",
     "jobwire.sdk.session",
+    "jobwire.sdk.slots",
     "jobwire.sdk.worker",
 )
 GROUP = "jobwire.hot"
