@@ -30,7 +30,7 @@ log = logging.getLogger("jobwire.sdk")
 P = PacketType
 Priority = Literal["normal", "high", "low"]
 
-_SUBMIT = {
+_SUBMIT: Final = {
     ("normal", False): P.SUBMIT_JOB,
     ("high", False): P.SUBMIT_JOB_HIGH,
     ("low", False): P.SUBMIT_JOB_LOW,
@@ -38,9 +38,16 @@ _SUBMIT = {
     ("high", True): P.SUBMIT_JOB_HIGH_BG,
     ("low", True): P.SUBMIT_JOB_LOW_BG,
 }
-_REPLIES = {P.JOB_CREATED, P.STATUS_RES, P.STATUS_RES_UNIQUE, P.OPTION_RES, P.ERROR}
-_WORK = {P.WORK_DATA, P.WORK_WARNING, P.WORK_STATUS, P.WORK_COMPLETE, P.WORK_FAIL, P.WORK_EXCEPTION}
-_FINAL = {P.WORK_COMPLETE, P.WORK_FAIL, P.WORK_EXCEPTION}
+_REPLIES: Final = {P.JOB_CREATED, P.STATUS_RES, P.STATUS_RES_UNIQUE, P.OPTION_RES, P.ERROR}
+_WORK: Final = {
+    P.WORK_DATA,
+    P.WORK_WARNING,
+    P.WORK_STATUS,
+    P.WORK_COMPLETE,
+    P.WORK_FAIL,
+    P.WORK_EXCEPTION,
+}
+_FINAL: Final = {P.WORK_COMPLETE, P.WORK_FAIL, P.WORK_EXCEPTION}
 # Plain ints for the per-packet comparisons: `P.X` goes through the enum class's
 # `__getattr__` hook, and a module global is a dictionary look-up; compiled, a Final int is a
 # constant, compared natively with the packet's type.
@@ -56,7 +63,7 @@ assert (_JOB_CREATED, _WORK_COMPLETE, _WORK_FAIL, _ERROR, _WORK_EXCEPTION) == (
     P.ERROR,
     P.WORK_EXCEPTION,
 )
-MAX_UNIQUE = 64  # gearmand refuses longer unique keys
+MAX_UNIQUE: Final = 64  # gearmand refuses longer unique keys
 
 DataCallback = Callable[[bytes], None]
 StatusCallback = Callable[[int, int], None]
@@ -127,7 +134,7 @@ class Batch:
             self.done.set_result(None)
 
 
-_UNSET = object()
+_UNSET: Final = object()
 
 
 class Receipt:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import uuid
 import zlib
-from typing import Any
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -31,6 +31,9 @@ from jobwire.sdk.session import (
     submit_type,
 )
 
+_SUBMIT_JOB: Final = 7  # PacketType.SUBMIT_JOB, a native constant (compiled)
+assert _SUBMIT["normal", False] == _SUBMIT_JOB
+
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # compiled; `AsyncClient` subclasses it
 class ClientCore:
@@ -44,8 +47,10 @@ class ClientCore:
         self._current = 0
         self._sessions: dict[int, Session] = {}
         self._round_robin = itertools.count()
-        self._key = uuid.uuid4().hex.encode()
-        self._keys = itertools.count()
+        # The default unique key: random per client, numbered per submission (as unique as
+        # a UUID per submission, without the syscall).
+        self._key_prefix = uuid.uuid4().hex.encode() + b"-"
+        self._submissions = 0
 
     async def submit(
         self,
@@ -68,8 +73,10 @@ class ClientCore:
         job's updates as they arrive; after a retry, updates may repeat.
         """
         listener = Listener(on_data, on_warning, on_status)
-        requests = [self._request(function, payload, unique, priority, False, listener)]
-        start = self._start(unique)
+        # Module functions, not the methods: compiled, a call of a method that a subclass
+        # may override goes through Python's attribute look-up.
+        requests = [_new_request(self, function, payload, unique, priority, False, listener)]
+        start = _first_server(self, unique)
         client: Any = self  # the rest of the client: the subclass's methods
         if timeout is None:
             # The usual case (connected, no deadline), without `_execute`: one coroutine
@@ -105,29 +112,48 @@ class ClientCore:
         background: bool,
         listener: Listener | None,
     ) -> Request:
-        ptype = _SUBMIT.get((priority, background))
-        if ptype is None:
-            ptype = submit_type(priority, background)  # raises the ValueError
-        # The default key: random per client, numbered per submission (as unique as a UUID
-        # per submission, without the syscall).
-        raw_unique = (
-            unique.encode() if unique is not None else b"%s-%x" % (self._key, next(self._keys))
-        )
-        if len(raw_unique) > MAX_UNIQUE:
-            raise ValueError(f"unique keys are at most {MAX_UNIQUE} bytes")
-        raw_function = function.encode()
-        # `0 in`, a byte value: with a bytes needle, `in` first tries it as an int, and the
-        # TypeError it raises and swallows costs more than the search.
-        if not raw_function or 0 in raw_function or 0 in raw_unique:
-            raise ValueError("function names must be non-empty; neither may contain NUL")
-        data = payload if isinstance(payload, bytes) else to_bytes(payload)
-        return Request(encode_request(ptype, raw_function, raw_unique, data), listener)
+        return _new_request(self, function, payload, unique, priority, background, listener)
 
     def _start(self, unique: str | None) -> int:
-        """The first server to try: by unique key, so equal keys meet; else round robin.
-        In a Binary Star pair, the server that answered last."""
-        if self.settle_delay is not None:
-            return self._current
-        if unique:
-            return zlib.crc32(unique.encode()) % len(self.servers)
-        return next(self._round_robin) % len(self.servers)
+        return _first_server(self, unique)
+
+
+def _new_request(
+    core: ClientCore,
+    function: str,
+    payload: Any,
+    unique: str | None,
+    priority: Priority,
+    background: bool,
+    listener: Listener | None,
+) -> Request:
+    """One submission, encoded."""
+    if priority == "normal" and not background:  # the usual one, without the table
+        ptype = _SUBMIT_JOB
+    else:
+        found = _SUBMIT.get((priority, background))
+        ptype = found if found is not None else submit_type(priority, background)  # raises
+    if unique is None:
+        core._submissions += 1
+        raw_unique = core._key_prefix + str(core._submissions).encode()
+    else:
+        raw_unique = unique.encode()
+        if len(raw_unique) > MAX_UNIQUE:
+            raise ValueError(f"unique keys are at most {MAX_UNIQUE} bytes")
+    raw_function = function.encode()
+    # `0 in`, a byte value: with a bytes needle, `in` first tries it as an int, and the
+    # TypeError it raises and swallows costs more than the search.
+    if not raw_function or 0 in raw_function or 0 in raw_unique:
+        raise ValueError("function names must be non-empty; neither may contain NUL")
+    data = payload if isinstance(payload, bytes) else to_bytes(payload)
+    return Request(encode_request(ptype, raw_function, raw_unique, data), listener)
+
+
+def _first_server(core: ClientCore, unique: str | None) -> int:
+    """The first server to try: by unique key, so equal keys meet; else round robin.
+    In a Binary Star pair, the server that answered last."""
+    if core.settle_delay is not None:
+        return core._current
+    if unique:
+        return zlib.crc32(unique.encode()) % len(core.servers)
+    return next(core._round_robin) % len(core.servers)

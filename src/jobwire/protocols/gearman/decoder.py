@@ -87,7 +87,14 @@ def _argc_list(argc: dict[int, int]) -> list[int]:
 
 _REQUEST_ARGC: Final = _argc_list(REQUEST_ARGC)
 _RESPONSE_ARGC: Final = _argc_list(RESPONSE_ARGC)
-_R, _E = REQ_MAGIC[1], REQ_MAGIC[2]  # the magics differ only in their last byte
+# Literal constants for the per-packet checks: compiled, a Final int literal is a native
+# constant, where a module global is a dictionary look-up (and `max(PacketType)` an enum
+# member, compared generically).
+_HEADER: Final = 12
+_LAST_TYPE: Final = 42
+_R: Final = 82  # b"R": the magics are NUL R E, then Q or S
+_E: Final = 69
+assert (HEADER_SIZE, int(MAX_PACKET_TYPE), *REQ_MAGIC[1:3]) == (_HEADER, _LAST_TYPE, _R, _E)
 
 
 class Decoder:
@@ -172,7 +179,7 @@ class Decoder:
                     break
                 pos = after_line
                 continue
-            if end_of_data - pos < HEADER_SIZE:
+            if end_of_data - pos < _HEADER:
                 break
             # The header byte by byte: compiled, indexing bytes is native, where struct's
             # unpack is a generic call and its fields boxed ints (this runs once a packet).
@@ -191,7 +198,7 @@ class Decoder:
                     self._fail("ARGUMENT_TOO_LARGE", f"Packet of {size} bytes exceeds the limit")
                 )
                 break
-            start = pos + HEADER_SIZE
+            start = pos + _HEADER
             end = start + size
             if end > end_of_data:
                 self._need = end - pos
@@ -201,10 +208,10 @@ class Decoder:
                 pos = end
                 out.append(ProtocolError("INVALID_MAGIC", "Request magic expected", fatal=False))
                 continue
-            argc = argc_table[ptype] if ptype <= MAX_PACKET_TYPE else -1
+            argc = argc_table[ptype] if ptype <= _LAST_TYPE else -1
             if argc < 0:
                 pos = end
-                if 0 < ptype <= MAX_PACKET_TYPE:
+                if 0 < ptype <= _LAST_TYPE:
                     # A known type that only flows the other way, or the unused type 5.
                     out.append(NOT_EXPECTED)
                     continue
