@@ -51,6 +51,17 @@ async def own_timeout(job: Job) -> str:
     return "slept"
 
 
+async def instant_timeout(job: Job) -> str:
+    """A timeout that expires at once: its cancellation is queued before the job's first
+    wait is taken up by whatever carries the job on, and must still reach the job."""
+    try:
+        async with asyncio.timeout(0):
+            await asyncio.sleep(10)
+    except TimeoutError:
+        return "timed out"
+    return "slept"
+
+
 async def group_failure(job: Job) -> str:
     """A TaskGroup whose child fails: it cancels this job's task, then takes the cancellation
     back, unless the task had cancellations pending from before (a job before this one)."""
@@ -95,6 +106,7 @@ def one_slot(jobwire: ServerProcess) -> Client:
         ("own-timeout", own_timeout),
         ("swallow-cancel", swallow_cancel),
         ("group-failure", group_failure),
+        ("instant-timeout", instant_timeout),
         ("cancelling", cancelling),
     ]:
         worker.add_task(name, func)
@@ -123,6 +135,7 @@ def test_a_job_that_cancels_its_task_fails_alone(one_slot: Client) -> None:
 def test_timeouts_and_task_groups_in_jobs_after_a_cancelled_one(one_slot: Client) -> None:
     # Both count on their task's cancellations: a job's must not leak to the next.
     assert [one_slot.submit("own-timeout") for _ in range(3)] == [b"timed out"] * 3
+    assert [one_slot.submit("instant-timeout") for _ in range(3)] == [b"timed out"] * 3
     assert one_slot.submit("group-failure") == b"caught child"
     with pytest.raises(JobFailed):
         one_slot.submit("cancel-self")

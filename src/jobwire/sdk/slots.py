@@ -30,7 +30,7 @@ from typing import Any, Final
 
 #: `Slot.step` of a job whose first step has not run yet.
 NOT_STARTED: Final = object()
-#: `Slot.step` of a job that cancelled its own task in its first step, then waited.
+#: `Slot.step` of a started job whose task was cancelled before the slot carried it on.
 CANCELLED: Final = object()
 
 
@@ -131,13 +131,8 @@ class SlotPool:
             return False
         finally:
             _leave_task(self._loop, task)
-        if task.cancelling():
-            # The job cancelled its task, then waited: its Task would cancel what it waits on
-            # and wake it with CancelledError; the slot's task takes the request instead.
-            cancel = getattr(step, "cancel", None)
-            if cancel is not None:
-                cancel()
-            step = CANCELLED
+        # If the job cancelled its task in that step, the slot's task is woken with the
+        # cancellation, and passes it on to the job (`_serve`).
         self._hand_over(slot, work, context, step)
         return False
 
@@ -173,10 +168,14 @@ class SlotPool:
                     try:
                         await waiter
                     except asyncio.CancelledError:
-                        # A job's own cancellation that landed after it ended, or the end.
                         if self._ending():
                             raise
-                        _take_back_cancellations(task)
+                        if slot.work is not None and slot.step is not NOT_STARTED:
+                            # The job handed over after its first step cancelled its task
+                            # (itself, or its timeout, before the slot went on with it).
+                            _cancel_where_it_waits(slot)
+                        else:  # a job's cancellation that landed after it ended
+                            _take_back_cancellations(task)
                     continue
                 context, step = slot.context, slot.step
                 assert context is not None
@@ -198,6 +197,15 @@ class SlotPool:
             if work is not None:  # handed over, but the slot ended before it went on
                 slot.work = None
                 _abandon(work, slot.context, slot.step)
+
+
+def _cancel_where_it_waits(slot: Slot) -> None:
+    """What a Task does for a cancellation while its coroutine waits: cancel what it waits
+    on and wake it with CancelledError (`InContext` throws it in)."""
+    cancel = getattr(slot.step, "cancel", None)
+    if cancel is not None:
+        cancel()
+    slot.step = CANCELLED
 
 
 def _take_back_cancellations(task: asyncio.Task[None]) -> None:
