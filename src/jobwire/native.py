@@ -49,11 +49,14 @@ MODULES = (
     "jobwire.store.redolog",
     "jobwire.store.sqlite",
     # The Python SDK's per-job path (client connections, the worker). `client.py` is not
-    # among them: mypyc does not compile async generators (`AsyncClient.stream`).
+    # among them: mypyc does not compile async generators (`AsyncClient.stream`); its
+    # per-job part is `submit.py`'s base class.
     "jobwire.sdk.connection",
     "jobwire.sdk.lifecycle",
     "jobwire.sdk.payload",
     "jobwire.sdk.session",
+    "jobwire.sdk.slots",
+    "jobwire.sdk.submit",
     "jobwire.sdk.worker",
 )
 GROUP = "jobwire.hot"

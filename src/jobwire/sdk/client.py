@@ -30,10 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import uuid
-import zlib
 from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any, Literal, TypeVar, cast, overload
 
@@ -41,11 +38,8 @@ from jobwire.protocols.gearman import PacketType, encode_request
 from jobwire.sdk.connection import format_address, parse_address
 from jobwire.sdk.errors import NotAcknowledged, ServerUnavailable, Timeout
 from jobwire.sdk.loops import CallerLoop
-from jobwire.sdk.payload import to_bytes
 from jobwire.sdk.session import (
-    _SUBMIT,
     _UNSET,
-    MAX_UNIQUE,
     DataCallback,
     Handle,
     JobStatus,
@@ -57,8 +51,8 @@ from jobwire.sdk.session import (
     StatusCallback,
     Update,
     parse_int,
-    submit_type,
 )
+from jobwire.sdk.submit import ClientCore
 from jobwire.sdk.tls import TLSOption, client_context
 
 log = logging.getLogger("jobwire.sdk")
@@ -77,7 +71,7 @@ def _listener(background: bool) -> Listener | None:
     return None if background else Listener(None, None, None)
 
 
-class AsyncClient:
+class AsyncClient(ClientCore):
     """Submit jobs to Gearman servers (jobwire or gearmand) from asyncio code.
 
     `servers`: "host[:port]" strings. `timeout`: seconds a server has to accept a connection or
@@ -116,7 +110,8 @@ class AsyncClient:
         token: str | None = None,
         max_unacked: int = MAX_UNACKED,
     ) -> None:
-        self.servers = [format_address(parse_address(server)) for server in servers]
+        addresses = [format_address(parse_address(server)) for server in servers]
+        super().__init__(addresses, timeout, settle_delay)
         self.tls = client_context(tls)
         self.token = token
         if max_unacked < 1:
@@ -124,24 +119,16 @@ class AsyncClient:
         self.max_unacked = max_unacked
         if not self.servers:
             raise ValueError("no servers given")
-        # Binary Star: the pair, and the one of the two the client talks to now.
         if settle_delay is not None and (settle_delay < 0 or len(self.servers) != 2):
             raise ValueError("settle_delay needs a Binary Star pair (two servers) and >= 0 s")
-        self.settle_delay = settle_delay
-        self._current = 0
         if busy_poll < 0:
             raise ValueError("busy_poll must be 0 or more seconds")
         self.busy_poll = busy_poll
-        self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
         self.backoff_cap = backoff_cap
         self.heartbeat = heartbeat
-        self._sessions: dict[int, Session] = {}
         self._opening: dict[int, asyncio.Task[Session]] = {}
-        self._round_robin = itertools.count()
-        self._key = uuid.uuid4().hex.encode()
-        self._keys = itertools.count()
         self._closed = False
         # Pipelined background submissions (receipts): how many are not settled for good, the
         # failed ones not reported by a flush yet, those waiting for a retry, and who waits.
@@ -199,51 +186,6 @@ class AsyncClient:
         return self._unacked
 
     # ------------------------------------------------------------ submitting
-
-    async def submit(
-        self,
-        function: str,
-        payload: Any = b"",
-        *,
-        unique: str | None = None,
-        priority: Priority = "normal",
-        timeout: float | None = None,
-        on_data: DataCallback | None = None,
-        on_warning: DataCallback | None = None,
-        on_status: StatusCallback | None = None,
-    ) -> bytes:
-        """Run a job and return its result.
-
-        Raises JobFailed (WORK_FAIL), JobException (the task raised; `.data` holds what the
-        worker reported), Timeout (no result within `timeout` seconds; the job is not cancelled),
-        ServerUnavailable (retries exhausted) or ServerError (the server refused the job).
-        `on_data`, `on_warning` and `on_status(numerator, denominator)` are called with the
-        job's updates as they arrive; after a retry, updates may repeat.
-        """
-        listener = Listener(on_data, on_warning, on_status)
-        requests = [self._request(function, payload, unique, priority, False, listener)]
-        start = self._start(unique)
-        if timeout is None:
-            # `_execute` inlined for the usual case (connected, no deadline): one coroutine
-            # per call instead of three, each of which every resumption passes through.
-            session = self._sessions.get(start % len(self.servers))
-            if session is not None and session.conn.is_open:
-                batch = session.start(requests, self.timeout)
-                try:
-                    await batch.done
-                finally:
-                    if batch.left:  # cancelled: stop listening
-                        session.abandon(batch, requests)
-                outcome = batch.outcomes[0]
-                if isinstance(outcome, ServerUnavailable):
-                    outcome = (await self._attempts(requests, start, batch.outcomes))[0]
-                if type(outcome) is bytes:
-                    return outcome
-                return self._unwrap(outcome, bytes)
-            outcomes = await self._execute(requests, start)
-        else:
-            outcomes = await self._with_deadline(self._execute(requests, start), timeout)
-        return self._unwrap(outcomes[0], bytes)
 
     async def submit_background(
         self,
@@ -549,42 +491,6 @@ class AsyncClient:
         return JobStatus(False, False, clients=clients)
 
     # ------------------------------------------------------------ internals
-
-    def _request(
-        self,
-        function: str,
-        payload: Any,
-        unique: str | None,
-        priority: Priority,
-        background: bool,
-        listener: Listener | None,
-    ) -> Request:
-        ptype = _SUBMIT.get((priority, background))
-        if ptype is None:
-            ptype = submit_type(priority, background)  # raises the ValueError
-        # The default key: random per client, numbered per submission (as unique as a UUID
-        # per submission, without the syscall).
-        raw_unique = (
-            unique.encode() if unique is not None else b"%s-%x" % (self._key, next(self._keys))
-        )
-        if len(raw_unique) > MAX_UNIQUE:
-            raise ValueError(f"unique keys are at most {MAX_UNIQUE} bytes")
-        raw_function = function.encode()
-        # `0 in`, a byte value: with a bytes needle, `in` first tries it as an int, and the
-        # TypeError it raises and swallows costs more than the search.
-        if not raw_function or 0 in raw_function or 0 in raw_unique:
-            raise ValueError("function names must be non-empty; neither may contain NUL")
-        data = payload if type(payload) is bytes else to_bytes(payload)
-        return Request(encode_request(ptype, raw_function, raw_unique, data), listener)
-
-    def _start(self, unique: str | None) -> int:
-        """The first server to try: by unique key, so equal keys meet; else round robin.
-        In a Binary Star pair, the server that answered last."""
-        if self.settle_delay is not None:
-            return self._current
-        if unique:
-            return zlib.crc32(unique.encode()) % len(self.servers)
-        return next(self._round_robin) % len(self.servers)
 
     async def _session(self, index: int) -> Session:
         if self._closed:

@@ -46,6 +46,8 @@ class Lifecycle(Generic[J]):
         self._stop: asyncio.Event | None = None
         self._hurry: asyncio.Event | None = None
         self._stop_early = False
+        #: While the grace period runs: resolved when a job ends (see `_job_gone`).
+        self._gone: asyncio.Future[None] | None = None
 
     async def serve(self) -> None:
         raise NotImplementedError
@@ -118,7 +120,15 @@ class Lifecycle(Generic[J]):
 
     def _ended(self, job: J) -> None:
         self._running.pop(job, None)
+        if self._gone is not None:
+            self._job_gone()
         self._job_ended()
+
+    def _job_gone(self) -> None:
+        """Wake the grace period's wait: a job ended (its task may live on, as a slot)."""
+        gone = self._gone
+        if gone is not None and not gone.done():
+            gone.set_result(None)
 
     def _job_ended(self) -> None:
         """Hook: a job just ended (its slot is free)."""
@@ -166,11 +176,13 @@ class Lifecycle(Generic[J]):
             if remaining <= 0:
                 break
             hurry = asyncio.ensure_future(self._hurry.wait())
+            self._gone = gone = loop.create_future()
             await asyncio.wait(
-                [*self._running.values(), hurry],
+                {*self._running.values(), hurry, gone},
                 timeout=remaining,
                 return_when=asyncio.FIRST_COMPLETED,
             )
+            self._gone = None
             hurry.cancel()
         self.state = WorkerState.TERMINATE
         if self._running:

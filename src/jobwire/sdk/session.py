@@ -17,7 +17,7 @@ import ssl
 from collections import deque
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from mypy_extensions import mypyc_attr
 
@@ -30,7 +30,7 @@ log = logging.getLogger("jobwire.sdk")
 P = PacketType
 Priority = Literal["normal", "high", "low"]
 
-_SUBMIT = {
+_SUBMIT: Final = {
     ("normal", False): P.SUBMIT_JOB,
     ("high", False): P.SUBMIT_JOB_HIGH,
     ("low", False): P.SUBMIT_JOB_LOW,
@@ -38,17 +38,32 @@ _SUBMIT = {
     ("high", True): P.SUBMIT_JOB_HIGH_BG,
     ("low", True): P.SUBMIT_JOB_LOW_BG,
 }
-_REPLIES = {P.JOB_CREATED, P.STATUS_RES, P.STATUS_RES_UNIQUE, P.OPTION_RES, P.ERROR}
-_WORK = {P.WORK_DATA, P.WORK_WARNING, P.WORK_STATUS, P.WORK_COMPLETE, P.WORK_FAIL, P.WORK_EXCEPTION}
-_FINAL = {P.WORK_COMPLETE, P.WORK_FAIL, P.WORK_EXCEPTION}
-# Plain names for the per-packet comparisons: `P.X` goes through the enum class's
-# `__getattr__` hook, several times slower than a module global.
-_JOB_CREATED = P.JOB_CREATED
-_ERROR = P.ERROR
-_WORK_COMPLETE = P.WORK_COMPLETE
-_WORK_FAIL = P.WORK_FAIL
-_WORK_EXCEPTION = P.WORK_EXCEPTION
-MAX_UNIQUE = 64  # gearmand refuses longer unique keys
+_REPLIES: Final = {P.JOB_CREATED, P.STATUS_RES, P.STATUS_RES_UNIQUE, P.OPTION_RES, P.ERROR}
+_WORK: Final = {
+    P.WORK_DATA,
+    P.WORK_WARNING,
+    P.WORK_STATUS,
+    P.WORK_COMPLETE,
+    P.WORK_FAIL,
+    P.WORK_EXCEPTION,
+}
+_FINAL: Final = {P.WORK_COMPLETE, P.WORK_FAIL, P.WORK_EXCEPTION}
+# Plain ints for the per-packet comparisons: `P.X` goes through the enum class's
+# `__getattr__` hook, and a module global is a dictionary look-up; compiled, a Final int is a
+# constant, compared natively with the packet's type.
+_JOB_CREATED: Final = 8
+_WORK_COMPLETE: Final = 13
+_WORK_FAIL: Final = 14
+_ERROR: Final = 19
+_WORK_EXCEPTION: Final = 25
+assert (_JOB_CREATED, _WORK_COMPLETE, _WORK_FAIL, _ERROR, _WORK_EXCEPTION) == (
+    P.JOB_CREATED,
+    P.WORK_COMPLETE,
+    P.WORK_FAIL,
+    P.ERROR,
+    P.WORK_EXCEPTION,
+)
+MAX_UNIQUE: Final = 64  # gearmand refuses longer unique keys
 
 DataCallback = Callable[[bytes], None]
 StatusCallback = Callable[[int, int], None]
@@ -119,7 +134,7 @@ class Batch:
             self.done.set_result(None)
 
 
-_UNSET = object()
+_UNSET: Final = object()
 
 
 class Receipt:
@@ -216,7 +231,7 @@ class Listener:
         self.on_status = on_status
         self.batch: Batch | None = None
         self.index = 0
-        self.handle: str | None = None
+        self.handle: bytes | None = None  # as the server sent it: the key of `listeners`
 
     def packet(self, packet: Packet, handle: str) -> None:
         kind, args = packet.type, packet.args
@@ -270,9 +285,7 @@ def submit_type(priority: Priority, background: bool) -> PacketType:
 # A pending reply: the packet type expected, by when (loop time), and who gets it: a future
 # (`expect`), or a batch and the request's place in it with the listener to attach (`run`),
 # or nobody (OPTION_REQ).
-Pending = tuple[
-    PacketType, float, "asyncio.Future[Packet] | Batch | Receipt | None", int, Listener | None
-]
+Pending = tuple[int, float, "asyncio.Future[Packet] | Batch | Receipt | None", int, Listener | None]
 
 
 class Session:
@@ -290,7 +303,8 @@ class Session:
         #: Entries of `pending` for pipelined submissions (receipts): nobody waits on those
         #: now, so they are no reason to busy-poll.
         self.pipelined = 0
-        self.listeners: dict[str, list[Listener]] = {}
+        #: Foreground jobs' listeners by handle (bytes, as the server sends it).
+        self.listeners: dict[bytes, list[Listener]] = {}
         self._loop = asyncio.get_running_loop()
         self._watchdog: asyncio.TimerHandle | None = None
         conn.closed.add_done_callback(self._lost)
@@ -341,7 +355,7 @@ class Session:
         self._pend(reply, future)
         return future
 
-    def _pend(self, reply: PacketType, target: asyncio.Future[Packet] | None) -> None:
+    def _pend(self, reply: int, target: asyncio.Future[Packet] | None) -> None:
         self.pending.append((reply, self._loop.time() + self.timeout, target, 0, None))
         self._watch()
 
@@ -363,23 +377,23 @@ class Session:
     def packet(self, packet: Packet) -> None:
         kind = packet.type
         if kind == _WORK_COMPLETE:  # the commonest, first
-            handle = packet.args[0].decode("utf-8", "surrogateescape")
-            for each in self.listeners.pop(handle, ()):
-                if each.batch is not None:  # `each.packet(packet, handle)`, inlined
-                    each.batch.settle(each.index, packet.args[1])
+            args = packet.args
+            waiting = self.listeners.pop(args[0], None)
+            if waiting is not None:
+                for each in waiting:
+                    if each.batch is not None:  # `each.packet(packet, handle)`, inlined
+                        each.batch.settle(each.index, args[1])
             return
-        if kind in _WORK:
+        if kind != _JOB_CREATED and kind in _WORK:
             # gearmand ends a WORK_FAIL it converted from an exception with a NUL.
             raw = packet.args[0].split(b"\0", 1)[0]
-            handle = raw.decode("utf-8", "surrogateescape")
-            if kind in _FINAL:
-                waiting = self.listeners.pop(handle, ())
-            else:
-                waiting = self.listeners.get(handle, ())
-            for each in waiting:
-                each.packet(packet, handle)
+            waiting = self.listeners.pop(raw, None) if kind in _FINAL else self.listeners.get(raw)
+            if waiting:
+                handle = raw.decode("utf-8", "surrogateescape")
+                for each in waiting:
+                    each.packet(packet, handle)
             return
-        if kind not in _REPLIES:
+        if kind != _JOB_CREATED and kind not in _REPLIES:
             log.debug("ignoring unexpected %r from %s", packet, self.name)
             return
         if not self.pending:
@@ -392,25 +406,29 @@ class Session:
             _resolve(target, index, ServerError(code, text))
             return
         if kind != expected:
-            raise ServerUnavailable(f"{self.name} sent {packet!r} instead of {expected.name}")
+            raise ServerUnavailable(f"{self.name} sent {packet!r} instead of {P(expected).name}")
         if not isinstance(target, (Batch, Receipt)):
             _resolve(target, index, packet)
             return
-        handle = packet.args[0].decode("utf-8", "surrogateescape")
+        raw = packet.args[0]
         if listener is None:
-            target.settle(index, Handle(handle, self.name))
+            target.settle(index, Handle(raw.decode("utf-8", "surrogateescape"), self.name))
         elif listener.batch is target and target.outcomes[index] is _UNSET:
-            listener.handle = handle
-            self.listeners.setdefault(handle, []).append(listener)
+            listener.handle = raw
+            waiting = self.listeners.get(raw)
+            if waiting is None:
+                self.listeners[raw] = [listener]
+            else:
+                waiting.append(listener)
 
     def forget(self, listener: Listener) -> None:
         """The caller stopped waiting (timeout, cancel): updates for the job are dropped."""
         listener.batch = None
-        listeners = self.listeners.get(listener.handle or "")
+        listeners = self.listeners.get(listener.handle or b"")
         if listeners and listener in listeners:
             listeners.remove(listener)
             if not listeners:
-                del self.listeners[listener.handle or ""]
+                del self.listeners[listener.handle or b""]
 
     def _lost(self, _: object) -> None:
         if self._watchdog is not None:

@@ -45,6 +45,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -57,6 +58,7 @@ from jobwire.sdk.errors import JobFailed, ServerUnavailable
 from jobwire.sdk.lifecycle import Lifecycle, _task
 from jobwire.sdk.lifecycle import WorkerState as WorkerState
 from jobwire.sdk.payload import to_bytes
+from jobwire.sdk.slots import SlotPool
 from jobwire.sdk.tasks import Task, check_timeout, decorator, invoke, is_async
 from jobwire.sdk.tls import TLSOption, client_context
 
@@ -79,6 +81,9 @@ _PRE_SLEEP = encode_request(P.PRE_SLEEP)
 _RESET = encode_request(P.RESET_ABILITIES)
 _GRAB_WAITS = b"grab-waits"
 _ASK_GRAB_WAITS = encode_request(P.OPTION_REQ, _GRAB_WAITS)
+#: Jobs run on long-lived slot tasks (`slots.py`) where a Task costs more than a no-op job;
+#: from Python 3.12 a Task per job, started eagerly (`lifecycle._task`), costs less.
+_USE_SLOTS = sys.version_info < (3, 12)
 
 
 def server_timeout_ms(timeout: float) -> int:
@@ -278,6 +283,7 @@ class Worker(Lifecycle[Job]):
         self._batch = max(2, concurrency // 2)
         self._links: list[_Link] = []
         self._next_link = 0
+        self._slots: SlotPool | None = None
 
     # ------------------------------------------------------------ tasks
 
@@ -302,7 +308,9 @@ class Worker(Lifecycle[Job]):
         if not self.servers:
             raise ValueError("the worker has no servers")
         self._begin()
-        assert self._stop is not None
+        assert self._stop is not None and self._loop is not None
+        if _USE_SLOTS:
+            self._slots = SlotPool(self._loop, self._ending)
         self._links = [_Link(server) for server in self.servers]
         maintainers = [asyncio.create_task(self._maintain(link)) for link in self._links]
         if self._stop_early:
@@ -311,6 +319,9 @@ class Worker(Lifecycle[Job]):
         await self._until_stopped(lambda: self._shutdown(maintainers))
 
     # ------------------------------------------------------------ lifecycle
+
+    def _ending(self) -> bool:
+        return self.state in _ENDING
 
     def _quieted(self) -> None:
         self._unregister_idle()
@@ -341,6 +352,9 @@ class Worker(Lifecycle[Job]):
         await self._wind_down(
             lambda job: job._finish(encode_request(P.WORK_FAIL, job.handle.encode())), "failing"
         )
+        if self._slots is not None:
+            await self._slots.close()
+            self._slots = None
         for maintainer in maintainers:
             maintainer.cancel()
         await asyncio.gather(*maintainers, return_exceptions=True)
@@ -511,14 +525,21 @@ class Worker(Lifecycle[Job]):
             work = self._run_async(job, handle, task)
         else:
             work = self._run_guarded(job, handle, task)
-        # `_launch`, inlined: this runs once a job.
-        started = _task(self._loop, work)
-        if not started.done():
+        if self._slots is not None:
+            slot = self._slots.take()
+            assert slot.task is not None
+            self._running[job] = slot.task
+            if not self._slots.start(slot, work):
+                return  # its first step ran: what it sent goes out with this read's output
+        else:  # `_launch`, inlined: this runs once a job
+            started = _task(self._loop, work)
+            if started.done():
+                return
             self._running[job] = started
-            # Its first step runs in the next loop turn. A flush queued now runs in that turn
-            # too, behind the step: a job that ends in its first step has its result written
-            # then, not from a flush that step would queue for the turn after.
-            link.conn.flush_later()
+        # Its first step runs in the next loop turn. A flush queued now runs in that turn
+        # too, behind the step: a job that ends in its first step has its result written
+        # then, not from a flush that step would queue for the turn after.
+        link.conn.flush_later()
 
     def _job_ended(self) -> None:
         self._settle()
@@ -544,6 +565,8 @@ class Worker(Lifecycle[Job]):
         finally:
             # `_ended(job)`, inlined.
             self._running.pop(job, None)
+            if self._gone is not None:
+                self._job_gone()
             self._settle()
 
     async def _run_guarded(self, job: Job, handle: bytes, task: Task[Job]) -> None:

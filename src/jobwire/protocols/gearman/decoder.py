@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Final
 
 from jobwire.protocols.gearman.packets import (
-    HEADER,
     HEADER_SIZE,
     REQ_MAGIC,
     REQUEST_ARGC,
@@ -77,7 +76,25 @@ Message = Packet | AdminCommand | ProtocolError
 MAX_PACKET_TYPE: Final = max(PacketType)
 NOT_EXPECTED: Final = ProtocolError("INVALID_COMMAND", "Command not expected", fatal=False)
 
-_unpack_header: Final = HEADER.unpack_from
+
+def _argc_list(argc: dict[int, int]) -> list[int]:
+    """`argc` as a list by packet type, -1 for a type that does not flow this way."""
+    table = [-1] * (MAX_PACKET_TYPE + 1)
+    for ptype, count in argc.items():
+        table[ptype] = count
+    return table
+
+
+_REQUEST_ARGC: Final = _argc_list(REQUEST_ARGC)
+_RESPONSE_ARGC: Final = _argc_list(RESPONSE_ARGC)
+# Literal constants for the per-packet checks: compiled, a Final int literal is a native
+# constant, where a module global is a dictionary look-up (and `max(PacketType)` an enum
+# member, compared generically).
+_HEADER: Final = 12
+_LAST_TYPE: Final = 42
+_R: Final = 82  # b"R": the magics are NUL R E, then Q or S
+_E: Final = 69
+assert (HEADER_SIZE, int(MAX_PACKET_TYPE), *REQ_MAGIC[1:3]) == (_HEADER, _LAST_TYPE, _R, _E)
 
 
 class Decoder:
@@ -86,9 +103,9 @@ class Decoder:
     __slots__ = (
         "_argc",
         "_buf",
-        "_magic",
+        "_last",
         "_need",
-        "_other_magic",
+        "_other_last",
         "_text",
         "failed",
         "max_line",
@@ -107,10 +124,11 @@ class Decoder:
         self.max_packet = max_packet
         self.max_line = max_line
         self.failed = False
+        # The magic's last byte (Q or S) for this side and the other; the argument counts.
         if server_side:
-            self._magic, self._other_magic, self._argc = REQ_MAGIC, RES_MAGIC, REQUEST_ARGC
+            self._last, self._other_last, self._argc = REQ_MAGIC[3], RES_MAGIC[3], _REQUEST_ARGC
         else:
-            self._magic, self._other_magic, self._argc = RES_MAGIC, REQ_MAGIC, RESPONSE_ARGC
+            self._last, self._other_last, self._argc = RES_MAGIC[3], REQ_MAGIC[3], _RESPONSE_ARGC
         self._text = server_side  # only servers accept admin lines
 
     @property
@@ -152,7 +170,7 @@ class Decoder:
         pos = 0
         end_of_data = len(data)
         argc_table = self._argc
-        magic_expected = self._magic
+        last_expected = self._last
         self._need = 0
         while pos < end_of_data:
             if data[pos] != 0:
@@ -161,31 +179,39 @@ class Decoder:
                     break
                 pos = after_line
                 continue
-            if end_of_data - pos < HEADER_SIZE:
+            if end_of_data - pos < _HEADER:
                 break
-            magic, ptype, size = _unpack_header(data, pos)
-            if magic != magic_expected and magic != self._other_magic:
+            # The header byte by byte: compiled, indexing bytes is native, where struct's
+            # unpack is a generic call and its fields boxed ints (this runs once a packet).
+            last = data[pos + 3]
+            if (
+                data[pos + 1] != _R
+                or data[pos + 2] != _E
+                or (last != last_expected and last != self._other_last)
+            ):
                 out.append(self._fail("INVALID_MAGIC", "Request magic expected"))
                 break
+            ptype = data[pos + 4] << 24 | data[pos + 5] << 16 | data[pos + 6] << 8 | data[pos + 7]
+            size = data[pos + 8] << 24 | data[pos + 9] << 16 | data[pos + 10] << 8 | data[pos + 11]
             if size > self.max_packet:
                 out.append(
                     self._fail("ARGUMENT_TOO_LARGE", f"Packet of {size} bytes exceeds the limit")
                 )
                 break
-            start = pos + HEADER_SIZE
+            start = pos + _HEADER
             end = start + size
             if end > end_of_data:
                 self._need = end - pos
                 break
-            if magic != magic_expected:
+            if last != last_expected:
                 # The other side's magic: framed correctly, so skip it and carry on (gearmand).
                 pos = end
                 out.append(ProtocolError("INVALID_MAGIC", "Request magic expected", fatal=False))
                 continue
-            argc = argc_table.get(ptype)
-            if argc is None:
+            argc = argc_table[ptype] if ptype <= _LAST_TYPE else -1
+            if argc < 0:
                 pos = end
-                if 0 < ptype <= MAX_PACKET_TYPE:
+                if 0 < ptype <= _LAST_TYPE:
                     # A known type that only flows the other way, or the unused type 5.
                     out.append(NOT_EXPECTED)
                     continue

@@ -172,10 +172,23 @@ def encode(ptype: int, *args: bytes) -> bytes:
     return header(ptype, len(body)) + body
 
 
+#: Client and worker packet headers already built, as `_heads` for the server's.
+_request_heads: Final[list[list[bytes]]] = [[] for _ in range(max(PacketType) + 1)]
+
+
 def encode_request(ptype: int, *args: bytes) -> bytes:
     """A client or worker packet (\\0REQ); used by the SDK and tests."""
     body = b"\0".join(args)
-    return _pack(REQ_MAGIC, ptype, len(body)) + body
+    size = len(body)
+    if size >= _HEAD_SIZES or not 0 <= ptype < len(_request_heads):
+        return _pack(REQ_MAGIC, ptype, size) + body
+    heads = _request_heads[ptype]
+    if not heads:
+        heads.extend([b""] * _HEAD_SIZES)
+    head = heads[size]
+    if not len(head):
+        head = heads[size] = _pack(REQ_MAGIC, ptype, size)
+    return head + body
 
 
 NOOP: Final = encode(T.NOOP)
