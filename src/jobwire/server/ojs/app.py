@@ -42,7 +42,7 @@ from jobwire.protocols.ojs.times import format_time
 from jobwire.protocols.ojs.unique import UniquePolicy
 from jobwire.server.ojs.deadletter_queue import DeadLetter
 from jobwire.server.ojs.edges import Cors, refuse_non_json
-from jobwire.server.ojs.http import BASE, failure_reply, finish_reply, reply
+from jobwire.server.ojs.http import BASE, REQUEST_ID, failure_reply, finish_reply, reply
 from jobwire.server.ojs.liveness import WorkerLiveness
 from jobwire.server.ojs.ratelimit import KeyedLimits, QueueRateLimits
 from jobwire.server.ojs.render import job_json, payload_for
@@ -131,6 +131,7 @@ class OJSService:
     """The OJS binding's state that is not the engine's, and the aiohttp application."""
 
     def __init__(self, runtime: Runtime, options: OJSOptions | None = None) -> None:
+        from jobwire.server.ojs.operations import JobOperations
         from jobwire.server.ojs.workflows import Workflows
 
         self.runtime = runtime
@@ -158,6 +159,8 @@ class OJSService:
             catch_up=self.options.cron_catch_up,
         )
         self.workflows = Workflows(self, kv)
+        #: Operations on one job, run where the job is (another node of a cluster, maybe).
+        self.operations = JobOperations(self)
         engine.event_log = self.events
         from jobwire.server.ojs.observability import make_registry
 
@@ -347,6 +350,7 @@ class OJSService:
             if refused is not None:
                 return refused
         request_id = request.headers.get("X-Request-Id") or f"req_{uuid7()}"
+        request[REQUEST_ID] = request_id  # for the node holding a job, if another one
         try:
             refuse_non_json(request)
             response: web.StreamResponse = await handler(request)
