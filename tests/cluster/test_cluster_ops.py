@@ -202,3 +202,18 @@ def test_an_ack_after_the_holder_was_killed_gets_a_clear_answer_and_the_job_runs
     done = survivor.request("POST", "/ojs/v1/workers/ack", {"job_id": job_id, "worker_id": "w1"})
     assert done.status == 200, done.raw
     assert "running ack" not in survivor_node.log()
+
+
+def test_a_job_claimed_from_the_shared_queue_keeps_its_visibility_timeout(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    _, first, second = runners(nodes, schema)
+    job_id = push(first, "abandoned", visibility_timeout_ms=1000)
+    assert schema.rows("SELECT owner IS NULL FROM {schema}.jobs") == [(True,)]
+    fetched = fetch(second, "abandoned")
+    assert fetched["id"] == job_id
+    # Not acked: back in its queue once its second runs out (the default lease is 30 min),
+    # on the node that held it.
+    wait_until(lambda: state(first, job_id) == "available" or None, "the lease to run out", 60)
+    again = wait_until(lambda: _fetch_any(second, "abandoned"), "the job again", 60)
+    assert (again["id"], again["attempt"]) == (job_id, 2)

@@ -266,7 +266,10 @@ class WorkerRoutes:
             engine.unlease(job)
         default = self.service.options.visibility_timeout
         for job in jobs:
-            lease_for = job.lease_deadline - now if job.lease_deadline else default
+            if lease is None and job.lease_timeout is None:
+                job.lease_timeout = _kept_visibility(job)  # and for its next attempts
+            fallback = job.lease_timeout or default
+            lease_for = job.lease_deadline - now if job.lease_deadline else fallback
             timeout = (job.ext or {}).get("timeout")
             if timeout:  # an execution timeout also ends the lease
                 lease_for = min(lease_for, timeout)
@@ -469,6 +472,16 @@ class WorkerRoutes:
         body["state"] = "draining" if draining else state.value
         body["status"] = "ok" if healthy else ("draining" if draining else "unavailable")
         return reply(body, 200 if healthy else 503)
+
+
+def _kept_visibility(job: Job) -> float | None:
+    """The visibility timeout a job was pushed with, from its options: a job read back from
+    its row (claimed from a cluster's shared queue, or replayed at start) has it only there."""
+    options = (job.ext or {}).get("options")
+    value = options.get("visibility_timeout_ms") if isinstance(options, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value / 1000
+    return None
 
 
 def _active_ids(body: dict[str, Any]) -> list[str]:
