@@ -27,6 +27,10 @@ class ClusterView(Protocol):
     async def elsewhere(self) -> Counts:
         """Jobs not held by this node, by function and queue."""
 
+    def forget_interest(self) -> None:
+        """Forget the fetches and waiting workers this node claims for (an admin reset: the
+        workers are forgotten too), so that new jobs go to the shared queue again."""
+
 
 @dataclass(slots=True)
 class HolderAnswer:

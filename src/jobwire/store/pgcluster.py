@@ -342,6 +342,11 @@ class ClusterNode:
             (function, queue): (int(jobs), int(running)) for function, queue, jobs, running in rows
         }
 
+    def forget_interest(self) -> None:
+        self._queues.clear()
+        self._functions.clear()
+        self._asked.clear()
+
     # ------------------------------------------------------------------ leases
 
     async def _heartbeats(self) -> None:

@@ -643,6 +643,8 @@ class OJSService:
         self.uniques.clear()
         self.cron.clear()
         self.workflows.clear()
+        if self.runtime.cluster is not None:
+            self.runtime.cluster.forget_interest()
 
 
 async def _static(document: dict[str, Any]) -> web.Response:
