@@ -7,8 +7,9 @@ finds where it is, from its row:
 - **held by a live node**: the operation goes to that node as a message on its channel
   (`pg_notify`, or a row of `relay` when too large, as the news of foreground jobs does); the
   holder runs it as if it had come to it (its commit barrier included) and answers the same
-  way, on the asking node's channel. The asker waits `ASK_TIMEOUT` seconds at most: then
-  `HolderUnavailable`, unless the holder was found dead meanwhile.
+  way, on the asking node's channel. The asker waits `ASK_TIMEOUT` seconds at most, then
+  looks again: `HolderUnavailable` if the holder still lives (stalled, or cut off), the
+  case below if it died meanwhile.
 - **no row**: the job finished (a finished job is known only to the node that finished it),
   or never was: every live node is asked, and the one that knows it answers.
 - **held by no live node** (in the shared queue, or its node died without its lease having
@@ -125,6 +126,7 @@ class RemoteJobs:
     async def at_holder(
         self, operation: str, job_id: str, arguments: dict[str, Any], *, adopt: bool
     ) -> HolderAnswer | Job | None:
+        silent: int | None = None  # a holder that did not answer in time
         for _ in range(LOOKS):
             rows = await self._lookups.fetch(WHERE_SQL, (job_id, self.node))
             if not rows:
@@ -133,7 +135,15 @@ class RemoteJobs:
                 return await self._ask(nodes, operation, job_id, arguments) if nodes else None
             owner, live, *stored = rows[0]
             if live:
-                answer = await self._ask([int(owner)], operation, job_id, arguments)
+                if owner == silent:  # alive and still silent: stalled, or cut off
+                    raise HolderUnavailable(
+                        f"the node holding job {job_id} did not answer within {self.ask_timeout:g}s"
+                    )
+                try:
+                    answer = await self._ask([int(owner)], operation, job_id, arguments)
+                except HolderUnavailable:
+                    silent = int(owner)  # look again: it may have died meanwhile
+                    continue
                 if answer is not None:
                     return answer
                 continue  # it no longer holds the job: it moved, look again
