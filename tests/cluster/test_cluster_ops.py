@@ -243,3 +243,15 @@ def test_an_ack_for_a_stalled_holder_is_answered_503_then_goes_through_once_it_r
     )
     assert again.status in (200, 409), again.raw
     assert state(first, job_id) == state(holder, job_id) == "completed"
+
+
+def test_an_ack_too_large_for_a_notification_goes_through_the_relay_both_ways(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    _, first, second = runners(nodes, schema)
+    job_id = push(first, "large")
+    fetch(second, "large")
+    result = {"text": "x" * 20_000}  # the ask and the reply: over 7,900 bytes each
+    acked = first.request("POST", "/ojs/v1/workers/ack", {"job_id": job_id, "result": result})
+    assert (acked.status, acked.body["job"]["result"]) == (200, result), acked.raw[:300]
+    assert schema.rows("SELECT count(*) FROM {schema}.relay") == [(0,)]  # each row taken
