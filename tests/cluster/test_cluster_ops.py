@@ -255,3 +255,27 @@ def test_an_ack_too_large_for_a_notification_goes_through_the_relay_both_ways(
     acked = first.request("POST", "/ojs/v1/workers/ack", {"job_id": job_id, "result": result})
     assert (acked.status, acked.body["job"]["result"]) == (200, result), acked.raw[:300]
     assert schema.rows("SELECT count(*) FROM {schema}.relay") == [(0,)]  # each row taken
+
+
+def test_an_operation_on_a_job_held_elsewhere_is_refused_503_while_the_database_is_away(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    (first_node, _), first, second = runners(nodes, schema)
+    job_id = push(first, "away")
+    fetch(second, "away")
+    schema.go_away()
+    try:
+        acked = first.request("POST", "/ojs/v1/workers/ack", {"job_id": job_id})
+        assert acked.status == 503, acked.raw
+        assert "the database is unreachable" in acked.body["error"]["message"]
+    finally:
+        schema.come_back()
+    done = wait_until(
+        lambda: (
+            first.request("POST", "/ojs/v1/workers/ack", {"job_id": job_id}).status == 200 or None
+        ),
+        "the ack once the database is back",
+        60,
+    )
+    assert done
+    assert "Traceback" not in first_node.log()

@@ -12,13 +12,13 @@ finds where it is, from its row:
   case below if it died meanwhile.
 - **no row**: the job finished (a finished job is known only to the node that finished it),
   or never was: every live node is asked, and the one that knows it answers.
-- **held by no live node** (in the shared queue, or its node died without its lease having
-  run out yet): a node found dead is reaped at once (its row goes, its jobs back to the
-  shared queue, as the heartbeat's reaping does); the job's row comes back as a copy, or is
-  taken into this node's engine when the caller means to change it (a cancel).
+- **held by no live node** (in the shared queue, or its node's lease ran out before the
+  others' heartbeats reaped it): a node found dead is reaped at once (its row goes, its jobs
+  back to the shared queue, as the heartbeat's reaping does); the job's row comes back as a
+  copy, or is taken into this node's engine when the caller means to change it (a cancel).
 
-A node is live while its lease runs and its advisory lock is held (a killed process's lock
-goes with its connection, long before its lease runs out).
+A node is live while its lease runs, as for the heartbeat's reaping: a node killed a moment
+ago still holds its jobs until then, and an operation on one of them gets a 503 meanwhile.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ import contextlib
 import json
 import logging
 from typing import TYPE_CHECKING, Any
+
+import psycopg
 
 from jobwire.engine.job import Job
 from jobwire.ports import StoredJob
@@ -40,7 +42,7 @@ from jobwire.store.pgcluster import (
     detached_job,
     node_channel,
 )
-from jobwire.store.postgres import _NODE_LOCK, _STORED, _reason
+from jobwire.store.postgres import _STORED, _reason
 
 if TYPE_CHECKING:
     from jobwire.store.pgcluster import ClusterNode
@@ -52,12 +54,11 @@ ASK_TIMEOUT = 5.0
 #: Looks at where a job is before giving up on one that keeps moving between nodes.
 LOOKS = 3
 
-#: Where a job is (job id, this node): its owner, whether that node lives (lease running and
-#: lock held), and its row. Not this node's own rows (its engine is newer than they are).
+#: Where a job is (job id, this node): its owner, whether that node lives (its lease runs),
+#: and its row. Not this node's own rows (its engine is newer than they are). A node's lock is
+#: not asked: after PostgreSQL restarted, a live node's lock is free until its next heartbeat.
 WHERE_SQL = f"""
-SELECT j.owner,
-    CASE WHEN j.owner IS NULL OR n.id IS NULL OR n.lease_until < now() THEN false
-    ELSE NOT pg_try_advisory_xact_lock({_NODE_LOCK.replace("%s", "j.owner")}) END,
+SELECT j.owner, COALESCE(n.lease_until >= now(), false),
     {", ".join("j." + column for column in _STORED.split(", "))}
 FROM jobs j LEFT JOIN nodes n ON n.id = j.owner
 WHERE j.id = %s AND j.owner IS DISTINCT FROM %s
@@ -65,16 +66,14 @@ LIMIT 1
 """
 #: The other live nodes (this node).
 PEERS_SQL = "SELECT id FROM nodes WHERE id <> %s AND lease_until >= now()"
-#: A node found dead (lease out or lock free) leaves the cluster as the heartbeat's reaping
+#: A node found dead (its lease ran out) leaves the cluster as the heartbeat's reaping
 #: makes it leave: its row goes and its jobs go back to the shared queue, but for the job
 #: being taken here, if any, which becomes this node's (a job in the shared queue too). In
 #: one statement, the listening nodes notified. Parameters by name: dead (a node id or
 #: NULL), job (an id or NULL: take none), node, channel.
 REAP_AND_TAKE_SQL = f"""
 WITH dead AS (
-    DELETE FROM nodes WHERE id = %(dead)s
-    AND (lease_until < now() OR pg_try_advisory_xact_lock({_NODE_LOCK.replace("%s", "id")}))
-    RETURNING id
+    DELETE FROM nodes WHERE id = %(dead)s AND lease_until < now() RETURNING id
 ), requeued AS (
     UPDATE jobs SET owner = NULL
     WHERE owner IN (SELECT id FROM dead) AND id IS DISTINCT FROM %(job)s
@@ -125,6 +124,16 @@ class RemoteJobs:
 
     async def at_holder(
         self, operation: str, job_id: str, arguments: dict[str, Any], *, adopt: bool
+    ) -> HolderAnswer | Job | None:
+        try:
+            return await self._at_holder(operation, job_id, arguments, adopt)
+        except (psycopg.Error, OSError, TimeoutError) as exc:
+            raise HolderUnavailable(
+                f"cannot find where job {job_id} is, the database is unreachable: {_reason(exc)}"
+            ) from None
+
+    async def _at_holder(
+        self, operation: str, job_id: str, arguments: dict[str, Any], adopt: bool
     ) -> HolderAnswer | Job | None:
         silent: int | None = None  # a holder that did not answer in time
         for _ in range(LOOKS):
