@@ -3,11 +3,15 @@
 A node's engine holds only its own jobs; with a PostgreSQL store shared by several nodes
 (`jobwire.store.pgcluster`), the others' jobs and the shared queue are rows in the store.
 Status queries that find nothing locally ask this view; None on the runtime: no cluster.
+Operations on a job another node holds (an OJS ack, nack, cancel, progress, heartbeat) go
+to that node through `RemoteJobs`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from jobwire.engine.cron import CronScheduler
@@ -41,3 +45,45 @@ class ClusterView(Protocol):
 
     def attach_cron(self, cron: CronScheduler) -> None:
         """Share the registrations and fire each tick on one node only."""
+
+    def forget_interest(self) -> None:
+        """Forget the fetches and waiting workers this node claims for (an admin reset: the
+        workers are forgotten too), so that new jobs go to the shared queue again."""
+
+
+@dataclass(slots=True)
+class HolderAnswer:
+    """What the node holding a job answered to an operation on it: an HTTP status, the JSON
+    body and the headers of its reply (the asking node answers its client with them)."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+#: Runs an operation on a job this node holds, as asked by another node: (operation, job id,
+#: arguments) -> its answer, or None when this node does not know the job.
+Executor = Callable[[str, str, dict[str, Any]], Awaitable[HolderAnswer | None]]
+
+
+class HolderUnavailable(Exception):
+    """The node holding a job did not answer in time (it may be stalled or cut off)."""
+
+
+class RemoteJobs(Protocol):
+    """Operations on a job another node of the cluster holds, carried out by that node.
+
+    The listeners call `at_holder` only for a job their engine does not know; None on the
+    runtime (memory and SQLite stores, a node alone in no cluster): every job is local."""
+
+    def serve(self, executor: Executor) -> None:
+        """Run the operations other nodes ask of this node's jobs with `executor`."""
+
+    async def at_holder(
+        self, operation: str, job_id: str, arguments: dict[str, Any], *, adopt: bool
+    ) -> HolderAnswer | Job | None:
+        """Have the node holding `job_id` run `operation`: its answer. A job that no live node
+        holds (in the shared queue, or its node died) comes back as a copy of its row, or,
+        with `adopt`, is taken into this node's engine (answer None: run it here). None also
+        when no node knows the job. Raises HolderUnavailable when its holder does not answer
+        in time."""

@@ -277,6 +277,10 @@ class Server:
             cluster.start()
         runtime = Runtime(engine, loop, config.busy_poll, store)
         runtime.cluster = cluster
+        if cluster is not None:
+            from jobwire.store.pgremote import RemoteJobs
+
+            runtime.remote = RemoteJobs(cluster)
         runtime.connections = ConnectionTable(config.limits)
         if config.security.auth is not None:
             # The idle timeout then closes a connection until it authenticates, whatever it sends.

@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from jobwire.engine import Engine, StoreUnavailable
 from jobwire.ports import Committer
-from jobwire.ports.cluster import ClusterView
+from jobwire.ports.cluster import ClusterView, RemoteJobs
 from jobwire.server.limits import ConnectionTable
 from jobwire.store.base import MemoryStore
 
@@ -59,6 +59,8 @@ class Runtime:
         self.store: Committer = store if store is not None else MemoryStore()
         #: The jobs of the cluster's other nodes, for status queries; None: no cluster.
         self.cluster: ClusterView | None = None
+        #: Operations on jobs the cluster's other nodes hold; None: every job is local.
+        self.remote: RemoteJobs | None = None
         #: False: every barrier passes at once.
         self.durable_store = self.store.durable
         # Bound once: the hot path calls them per read and per packets of a long read.

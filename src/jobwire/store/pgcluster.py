@@ -213,6 +213,9 @@ class ClusterNode:
         # Messages to the nodes whose clients wait on jobs run here: (channel, payload).
         self._outbox: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
         self._relay = Connection(store.dsn)
+        #: Takes the other messages on this node's channel first (`jobwire.store.pgremote`):
+        #: True if it was one of its own.
+        self.on_message: Callable[[dict[str, Any]], bool] | None = None
         #: This node's own channel: news of its clients' foreground jobs run elsewhere.
         self.node_channel = node_channel(store.channel, self.node)
         self._closed = False
@@ -330,7 +333,9 @@ class ClusterNode:
                     if not rows:
                         continue
                     payload = str(rows[0][0])
-                self._deliver(json.loads(payload))
+                message = json.loads(payload)
+                if self.on_message is None or not self.on_message(message):
+                    self._deliver(message)
             except Exception:
                 log.exception("cluster: a message about a foreground job was lost")
 
@@ -369,6 +374,11 @@ class ClusterNode:
         return {
             (function, queue): (int(jobs), int(running)) for function, queue, jobs, running in rows
         }
+
+    def forget_interest(self) -> None:
+        self._queues.clear()
+        self._functions.clear()
+        self._asked.clear()
 
     # ------------------------------------------------------------------ leases
 

@@ -41,7 +41,7 @@ from jobwire.protocols.ojs.unique import UniquePolicy
 from jobwire.server.ojs.deadletter_queue import DeadLetter
 from jobwire.server.ojs.edges import Cors, refuse_non_json
 from jobwire.server.ojs.eventkeeper import SAVE_EVERY, EventKeeper
-from jobwire.server.ojs.http import BASE, failure_reply, finish_reply, reply
+from jobwire.server.ojs.http import BASE, REQUEST_ID, failure_reply, finish_reply, reply
 from jobwire.server.ojs.liveness import WorkerLiveness
 from jobwire.server.ojs.ratelimit import KeyedLimits, QueueRateLimits
 from jobwire.server.ojs.render import job_json, payload_for
@@ -126,6 +126,7 @@ class OJSService:
     """The OJS binding's state that is not the engine's, and the aiohttp application."""
 
     def __init__(self, runtime: Runtime, options: OJSOptions | None = None) -> None:
+        from jobwire.server.ojs.operations import JobOperations
         from jobwire.server.ojs.workflows import Workflows
 
         self.runtime = runtime
@@ -153,6 +154,8 @@ class OJSService:
             catch_up=self.options.cron_catch_up,
         )
         self.workflows = Workflows(self, kv)
+        #: Operations on one job, run where the job is (another node of a cluster, maybe).
+        self.operations = JobOperations(self)
         engine.event_log = self.events
         from jobwire.server.ojs.observability import make_registry
 
@@ -296,6 +299,7 @@ class OJSService:
             if refused is not None:
                 return refused
         request_id = request.headers.get("X-Request-Id") or f"req_{uuid7()}"
+        request[REQUEST_ID] = request_id  # for the node holding a job, if another one
         try:
             refuse_non_json(request)
             response: web.StreamResponse = await handler(request)
@@ -604,6 +608,8 @@ class OJSService:
         self.uniques.clear()
         self.cron.clear()
         self.workflows.clear()
+        if self.runtime.cluster is not None:
+            self.runtime.cluster.forget_interest()
 
 
 async def _static(document: dict[str, Any]) -> web.Response:

@@ -22,6 +22,8 @@ log = logging.getLogger("jobwire.ojs")
 
 CONTENT_TYPE = "application/openjobspec+json"
 BASE = "/ojs/v1"
+#: The request's id (`X-Request-Id`, or one made for it), kept on the request by the edges.
+REQUEST_ID = "ojs_request_id"
 # Errors answered over HTTP are counted in `ERRORS` by OJS error code, "http_" ahead.
 
 
@@ -55,6 +57,11 @@ async def ojs_middleware(request: web.Request, handler: Any) -> web.StreamRespon
 def failure_reply(request: web.Request, exc: Exception, request_id: str) -> web.Response:
     """The OJS error reply for what a handler raised (call it in the `except` block: an
     unexpected exception is logged with its traceback)."""
+    return error_reply(exc, request_id, f"OJS request {request.method} {request.path}")
+
+
+def error_reply(exc: Exception, request_id: str, what: str) -> web.Response:
+    """`failure_reply` for `what` (logged with the traceback of an unexpected exception)."""
     if isinstance(exc, OJSError):
         ERRORS["http_" + exc.code] += 1
         return reply(error_body(exc, request_id), exc.status, exc.headers)
@@ -67,7 +74,7 @@ def failure_reply(request: web.Request, exc: Exception, request_id: str) -> web.
             response.headers["Allow"] = exc.headers["Allow"]
         return response
     ERRORS["http_internal"] += 1
-    log.exception("OJS request %s %s failed", request.method, request.path)
+    log.exception("%s failed", what)
     error = OJSError("backend_error", "internal error", status=500, retryable=True)
     return reply(error_body(error, request_id), 500)
 

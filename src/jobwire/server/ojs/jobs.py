@@ -39,6 +39,9 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
 class JobRoutes:
     def __init__(self, service: OJSService) -> None:
         self.service = service
+        service.operations.add("get", self._get)
+        service.operations.add("cancel", self._cancel)
+        service.operations.add("activate", self._activate)
 
     async def push(self, request: web.Request) -> web.Response:
         raw = await read_body(request)
@@ -121,24 +124,31 @@ class JobRoutes:
                 engine.forget(job)
 
     async def get(self, request: web.Request) -> web.Response:
-        job_id = request.match_info["id"]
-        cluster = self.service.runtime.cluster
-        if cluster is not None and self.service.engine.jobs.get(job_id) is None:
-            held_elsewhere = await cluster.find_job(job_id)  # another node's, or nobody's
-            if held_elsewhere is not None:
-                return reply({"job": job_json(held_elsewhere)})
-        return reply({"job": job_json(self.service.job(job_id))})
+        return await self.service.operations.run(request, "get", request.match_info["id"], None)
 
     async def cancel(self, request: web.Request) -> web.Response:
-        job = self.service.job(request.match_info["id"])
+        job_id = request.match_info["id"]
+        return await self.service.operations.run(request, "cancel", job_id, None)
+
+    async def activate(self, request: web.Request) -> web.Response:
+        job_id = request.match_info["id"]
+        return await self.service.operations.run(request, "activate", job_id, None)
+
+    # The operations, run on the node that holds the job (`operations.JobOperations`).
+
+    def _get(self, job_id: str, _arguments: Any) -> web.Response:
+        return reply({"job": job_json(self.service.job(job_id))})
+
+    def _cancel(self, job_id: str, _arguments: Any) -> web.Response:
+        job = self.service.job(job_id)
         try:
             self.service.engine.cancel(job)
         except IllegalTransition as exc:
             raise illegal(exc) from None
         return reply({"job": job_json(job)})
 
-    async def activate(self, request: web.Request) -> web.Response:
-        job = self.service.job(request.match_info["id"])
+    def _activate(self, job_id: str, _arguments: Any) -> web.Response:
+        job = self.service.job(job_id)
         try:
             self.service.engine.activate(job)
         except IllegalTransition as exc:

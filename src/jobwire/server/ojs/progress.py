@@ -18,7 +18,7 @@ from jobwire.engine.job import JobState
 from jobwire.protocols.ojs.errors import OJSError
 from jobwire.protocols.ojs.messages import Progress, convert
 from jobwire.protocols.ojs.times import format_time
-from jobwire.server.ojs.http import BASE, read_object, reply
+from jobwire.server.ojs.http import BASE, decode_json, read_body, reply
 from jobwire.server.ojs.ownership import check_holder
 
 if TYPE_CHECKING:
@@ -26,9 +26,12 @@ if TYPE_CHECKING:
 
 
 def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
-    async def report(request: web.Request) -> web.Response:
-        job = service.job(request.match_info["id"])
-        update = convert(await read_object(request), Progress)
+    def report_here(job_id: str, raw: str) -> web.Response:
+        job = service.job(job_id)
+        body = decode_json(raw.encode("utf-8", "surrogateescape"))
+        if not isinstance(body, dict):
+            raise OJSError("invalid_payload", "request body must be a JSON object")
+        update = convert(body, Progress)
         if job.state is not JobState.ACTIVE:
             raise OJSError(
                 "conflict",
@@ -47,13 +50,24 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
         job.ext["progress"] = record
         return reply(_progress_json(job.id, record))
 
-    async def read(request: web.Request) -> web.Response:
-        job = service.job(request.match_info["id"])
+    def read_here(job_id: str, _arguments: Any) -> web.Response:
+        job = service.job(job_id)
         record = (job.ext or {}).get("progress")
         if not isinstance(record, dict):
             record = {"progress": 0.0, "message": None, "updated_at": None}
         return reply(_progress_json(job.id, record))
 
+    async def report(request: web.Request) -> web.Response:
+        # The body goes as it came: the job is looked up before the body is read.
+        raw = (await read_body(request)).decode("utf-8", "surrogateescape")
+        return await service.operations.run(request, "progress", request.match_info["id"], raw)
+
+    async def read(request: web.Request) -> web.Response:
+        job_id = request.match_info["id"]
+        return await service.operations.run(request, "progress.get", job_id, None)
+
+    service.operations.add("progress", report_here)
+    service.operations.add("progress.get", read_here)
     router.add_put(BASE + "/jobs/{id}/progress", report)
     router.add_get(BASE + "/jobs/{id}/progress", read)
 

@@ -128,6 +128,9 @@ class WorkerRoutes:
     def __init__(self, service: OJSService) -> None:
         self.service = service
         self.engine = service.engine
+        service.operations.add("ack", self._ack)
+        service.operations.add("nack", self._nack)
+        service.operations.add("heartbeat", self._heartbeat)
 
     # ------------------------------------------------------------------ registration
 
@@ -263,7 +266,10 @@ class WorkerRoutes:
             engine.unlease(job)
         default = self.service.options.visibility_timeout
         for job in jobs:
-            lease_for = job.lease_deadline - now if job.lease_deadline else default
+            if lease is None and job.lease_timeout is None:
+                job.lease_timeout = _kept_visibility(job)  # and for its next attempts
+            fallback = job.lease_timeout or default
+            lease_for = job.lease_deadline - now if job.lease_deadline else fallback
             timeout = (job.ext or {}).get("timeout")
             if timeout:  # an execution timeout also ends the lease
                 lease_for = min(lease_for, timeout)
@@ -289,6 +295,10 @@ class WorkerRoutes:
     async def ack(self, request: web.Request) -> web.Response:
         body = await _job_body(request)
         convert(body, Ack)  # types and limits (messages.Ack)
+        job_id = str_field(body, "job_id")
+        return await self.service.operations.run(request, "ack", job_id, body)
+
+    def _ack(self, _job_id: str, body: dict[str, Any]) -> web.Response:
         job = self._active_job(body)
         result = body.get("result")
         if job.ext is None:
@@ -314,6 +324,10 @@ class WorkerRoutes:
     async def nack(self, request: web.Request) -> web.Response:
         body = await _job_body(request)
         convert(body, Nack)  # types and limits (messages.Nack)
+        job_id = str_field(body, "job_id")
+        return await self.service.operations.run(request, "nack", job_id, body)
+
+    def _nack(self, _job_id: str, body: dict[str, Any]) -> web.Response:
         job = self._active_job(body)
         error, retryable = self._error(job, body)
         requeue = body.get("requeue", False)
@@ -382,17 +396,20 @@ class WorkerRoutes:
     async def heartbeat(self, request: web.Request) -> web.Response:
         body = await read_object(request)
         convert(body, Heartbeat)  # types and limits (messages.Heartbeat)
+        str_field(body, "worker_id")
+        ids = _active_ids(body)
+        positive_int(body, "visibility_timeout_ms")
+        # A heartbeat for jobs another node holds goes to that node (its worker fetched
+        # them there); for jobs held here, or none, it stays here.
+        elsewhere = [job_id for job_id in ids if not self.service.operations.knows(job_id)]
+        if elsewhere and len(elsewhere) == len(ids):
+            return await self.service.operations.run(request, "heartbeat", elsewhere[0], body)
+        return self._heartbeat("", body)
+
+    def _heartbeat(self, _job_id: str, body: dict[str, Any]) -> web.Response:
         worker_id = str_field(body, "worker_id")
         session = self.service.worker(worker_id)
-        ids: list[Any] = []
-        for name in ("active_jobs", "active_job_ids"):
-            value = body.get(name)
-            if isinstance(value, list):
-                ids.extend(value)
-            elif value is not None and not is_int(value):
-                raise invalid(f"{name} must be an array of job ids")
-        if not all(isinstance(job_id, str) for job_id in ids):
-            raise invalid("active job ids must be strings")
+        ids = _active_ids(body)
         visibility = positive_int(body, "visibility_timeout_ms")
         self.service.liveness.beat(session)
         session.info["active_job_ids"] = ids
@@ -455,6 +472,30 @@ class WorkerRoutes:
         body["state"] = "draining" if draining else state.value
         body["status"] = "ok" if healthy else ("draining" if draining else "unavailable")
         return reply(body, 200 if healthy else 503)
+
+
+def _kept_visibility(job: Job) -> float | None:
+    """The visibility timeout a job was pushed with, from its options: a job read back from
+    its row (claimed from a cluster's shared queue, or replayed at start) has it only there."""
+    options = (job.ext or {}).get("options")
+    value = options.get("visibility_timeout_ms") if isinstance(options, dict) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value / 1000
+    return None
+
+
+def _active_ids(body: dict[str, Any]) -> list[str]:
+    """The ids of the jobs a heartbeat says its worker runs."""
+    ids: list[Any] = []
+    for name in ("active_jobs", "active_job_ids"):
+        value = body.get(name)
+        if isinstance(value, list):
+            ids.extend(value)
+        elif value is not None and not is_int(value):
+            raise invalid(f"{name} must be an array of job ids")
+    if not all(isinstance(job_id, str) for job_id in ids):
+        raise invalid("active job ids must be strings")
+    return ids
 
 
 def _nack_reply(job: Job) -> dict[str, Any]:

@@ -1,0 +1,123 @@
+"""The OJS conformance suites (levels 0-4) against a cluster of two nodes on one PostgreSQL
+schema, the runner sending each request to the other node in turn (as a load balancer
+spreading requests over nodes would): a job pushed on one node is fetched on the other, acked
+on the first, read back on the second.
+
+Before each test both nodes are reset (`POST /ojs/v1/admin/reset`) and the shared queue's rows
+are deleted. The suites' WAIT steps stay as written (they wait for scheduled times and
+retries to come due; a cross-node step answers in tens of milliseconds here).
+
+NOT_ON_A_CLUSTER lists the tests that fail for what a cluster does not share yet (docs/
+scaling.md, "Not built"), each with its reason; they run as strict xfails, so a test that
+starts passing fails the run until it is taken off the list.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.cluster.conftest import start_nodes
+from tests.ojs.dsl import Response, Runner
+from tests.ojs.test_conformance import TESTS
+from tests.pg import Schema, new_schema
+from tests.servers import ServerProcess
+
+pytestmark = pytest.mark.interop
+
+_UNIQUE = "unique keys are per node (each node coalesces only its own jobs)"
+_CRON = "cron entries are per node"
+_PAUSE = "queue pauses are per node"
+_RATE = "rate limits are per node"
+_WORKFLOW = "a workflow advances on the node that holds its state, its jobs are elsewhere"
+_EVENTS = "the event log is per node"
+_STATS = "queue statistics count this node's own jobs in detail, the others' only as rows"
+_IDS = "a job id the client chooses is checked against this node's jobs only"
+_DEAD = "the dead letter queue is per node"
+_REQUEUED = "a job whose lease ran out waits on the node that held it (no rebalancing)"
+_EXPIRY = "a job's expiry is armed on the node it was pushed to, not on one that claims it"
+
+#: test_id/name -> why it fails on two nodes. Remove entries as the cluster shares more.
+NOT_ON_A_CLUSTER: dict[str, str] = {
+    "L0-EVT-001/event-job-enqueued": _EVENTS,
+    "L0-OPS-017/error-duplicate-job": _IDS,
+    "L1-DLQ-004/dead-letter-delete": _DEAD,
+    "L1-VIS-001/job-requeued-after-timeout": _REQUEUED,
+    "L2-CRON-002/cron-list": _CRON,
+    "L2-CRON-003/cron-delete": _CRON,
+    "L2-CRON-005/cron-overlap-prevention": _CRON,
+    "L2-CRON-007/cron-special-expressions": _CRON,
+    "L2-TZ-001/cron-timezone-support": _CRON,
+    "L2-TTL-001/expired-job-discarded": _EXPIRY,
+    "L3-BAT-001/batch-success-callback": _WORKFLOW,
+    "L3-BAT-002/batch-complete-callback": _WORKFLOW,
+    "L3-BAT-003/batch-failure-callback": _WORKFLOW,
+    "L3-BAT-004/batch-no-success-on-failure": _WORKFLOW,
+    "L3-BAT-005/batch-complete-always-fires": _WORKFLOW,
+    "L3-CHN-001/chain-sequential-execution": _WORKFLOW,
+    "L3-CHN-002/chain-passes-results": _WORKFLOW,
+    "L3-CHN-003/chain-stops-on-failure": _WORKFLOW,
+    "L3-CHN-004/chain-single-step": _WORKFLOW,
+    "L3-CHN-005/chain-cancel": _WORKFLOW,
+    "L3-GRP-002/group-all-complete": _WORKFLOW,
+    "L3-GRP-003/group-partial-failure": _WORKFLOW,
+    "L4-BULK-001/bulk-enqueue": _STATS,
+    "L4-BULK-003/bulk-enqueue-large-batch": _STATS,
+    "L4-STATS-001/queue-stats": _STATS,
+    "L4-PAUSE-001/pause-queue": _PAUSE,
+    "L4-PAUSE-002/resume-queue": _PAUSE,
+    "L4-RL-001/rate-limit-per-queue": _RATE,
+    "L4-UNIQ-002/unique-reject-duplicate": _UNIQUE,
+    "L4-UNIQ-003/unique-replace-duplicate": _UNIQUE,
+    "L4-UNIQ-004/unique-ignore-duplicate": _UNIQUE,
+    "L4-UNIQ-005/unique-period-expiry": _UNIQUE,
+    "L4-UNIQ-006/unique-by-type-and-args": _UNIQUE,
+}
+
+
+class AlternatingRunner(Runner):
+    """The suites' runner, each request to the next node in turn."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.runners = [Runner(url) for url in urls]
+        self.turn = itertools.cycle(self.runners)
+        super().__init__(urls[0])
+
+    def request(self, *args: Any, **kwargs: Any) -> Response:
+        return next(self.turn).request(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[Schema, list[ServerProcess]]]:
+    nodes: list[ServerProcess] = []
+    with new_schema() as schema:
+        try:
+            start_nodes(nodes, schema, 2, "--allow-reset", http=True)
+            yield schema, nodes
+        finally:
+            for node in nodes:
+                node.kill()
+
+
+def _param(level: int, test: dict[str, Any]) -> Any:
+    test_id = test["test_id"]
+    marks = [pytest.mark.timeout(600)]
+    reason = NOT_ON_A_CLUSTER.get(f"{test_id}/{test['name']}")
+    if reason is not None:
+        marks.append(pytest.mark.xfail(strict=True, reason=reason))
+    return pytest.param(level, test, id=f"L{level}/{test_id}/{test['name']}", marks=marks)
+
+
+@pytest.mark.parametrize(("level", "test"), [_param(level, test) for level, _, test in TESTS])
+def test_conformance_on_two_nodes(
+    cluster: tuple[Schema, list[ServerProcess]], level: int, test: dict[str, Any]
+) -> None:
+    schema, nodes = cluster
+    for node in nodes:
+        Runner(f"http://127.0.0.1:{node.http_port}").reset()
+    schema.rows("DELETE FROM {schema}.jobs WHERE owner IS NULL")
+    runner = AlternatingRunner([f"http://127.0.0.1:{node.http_port}" for node in nodes])
+    runner.run_test(test)
