@@ -29,8 +29,10 @@ from tests.servers import ServerProcess
 pytestmark = pytest.mark.interop
 
 _UNIQUE = "unique keys are per node (each node coalesces only its own jobs)"
-_CRON = "cron entries are per node"
-_PAUSE = "queue pauses are per node"
+#: Shared state that reaches the other nodes through a notification: a request to the other
+#: node right after a change may still see the state before it. These cases pass when the
+#: notification wins the race (usually), so they are not strict.
+_NOTIFIED = "cron registrations and pauses reach the other node by notification, a moment later"
 _RATE = "rate limits are per node"
 _WORKFLOW = "a workflow advances on the node that holds its state, its jobs are elsewhere"
 _EVENTS = "the event log is per node"
@@ -46,11 +48,6 @@ NOT_ON_A_CLUSTER: dict[str, str] = {
     "L0-OPS-017/error-duplicate-job": _IDS,
     "L1-DLQ-004/dead-letter-delete": _DEAD,
     "L1-VIS-001/job-requeued-after-timeout": _REQUEUED,
-    "L2-CRON-002/cron-list": _CRON,
-    "L2-CRON-003/cron-delete": _CRON,
-    "L2-CRON-005/cron-overlap-prevention": _CRON,
-    "L2-CRON-007/cron-special-expressions": _CRON,
-    "L2-TZ-001/cron-timezone-support": _CRON,
     "L2-TTL-001/expired-job-discarded": _EXPIRY,
     "L3-BAT-001/batch-success-callback": _WORKFLOW,
     "L3-BAT-002/batch-complete-callback": _WORKFLOW,
@@ -67,14 +64,23 @@ NOT_ON_A_CLUSTER: dict[str, str] = {
     "L4-BULK-001/bulk-enqueue": _STATS,
     "L4-BULK-003/bulk-enqueue-large-batch": _STATS,
     "L4-STATS-001/queue-stats": _STATS,
-    "L4-PAUSE-001/pause-queue": _PAUSE,
-    "L4-PAUSE-002/resume-queue": _PAUSE,
     "L4-RL-001/rate-limit-per-queue": _RATE,
     "L4-UNIQ-002/unique-reject-duplicate": _UNIQUE,
     "L4-UNIQ-003/unique-replace-duplicate": _UNIQUE,
     "L4-UNIQ-004/unique-ignore-duplicate": _UNIQUE,
     "L4-UNIQ-005/unique-period-expiry": _UNIQUE,
     "L4-UNIQ-006/unique-by-type-and-args": _UNIQUE,
+}
+
+#: test_id/name -> why it may fail on two nodes (a race it usually wins): not strict.
+MAY_RACE_ON_A_CLUSTER: dict[str, str] = {
+    "L2-CRON-002/cron-list": _NOTIFIED,
+    "L2-CRON-003/cron-delete": _NOTIFIED,
+    "L2-CRON-005/cron-overlap-prevention": _NOTIFIED,
+    "L2-CRON-007/cron-special-expressions": _NOTIFIED,
+    "L2-TZ-001/cron-timezone-support": _NOTIFIED,
+    "L4-PAUSE-001/pause-queue": _NOTIFIED,
+    "L4-PAUSE-002/resume-queue": _NOTIFIED,
 }
 
 
@@ -105,9 +111,12 @@ def cluster() -> Iterator[tuple[Schema, list[ServerProcess]]]:
 def _param(level: int, test: dict[str, Any]) -> Any:
     test_id = test["test_id"]
     marks = [pytest.mark.timeout(600)]
-    reason = NOT_ON_A_CLUSTER.get(f"{test_id}/{test['name']}")
+    key = f"{test_id}/{test['name']}"
+    reason = NOT_ON_A_CLUSTER.get(key)
     if reason is not None:
         marks.append(pytest.mark.xfail(strict=True, reason=reason))
+    elif key in MAY_RACE_ON_A_CLUSTER:
+        marks.append(pytest.mark.xfail(strict=False, reason=MAY_RACE_ON_A_CLUSTER[key]))
     return pytest.param(level, test, id=f"L{level}/{test_id}/{test['name']}", marks=marks)
 
 
