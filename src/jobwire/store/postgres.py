@@ -192,10 +192,10 @@ _ROW_TYPES = [*_TYPES, "bigint", "bigint"]
 _UNIQUE_ROW_TYPES = [*_ROW_TYPES, "text"]
 _ARRAYS = ", ".join(f"%b::{t}[]" for t in _ROW_TYPES)
 #: One batch, one statement, its parameters sent in binary (`%b`: a third of the client's
-#: CPU of text, bench/pg_drivers.py) (25 parameters: 15 job columns, the owner and the client's
-#: node, the row keys
-#: to delete, the key-value records to write (namespace, key, value) and to delete (namespace,
-#: key), the node, the channel and the "function<US>queue" names that got unowned jobs).
+#: CPU of text, bench/pg_drivers.py), the arrays encoded by `jobwire.store.pgarrays` (25
+#: parameters: 15 job columns, the owner and the client's node, the row keys to delete, the
+#: key-value records to write (namespace, key, value) and to delete (namespace, key), the
+#: node, the channel and the "function<US>queue" names that got unowned jobs).
 #:
 #: Fencing: a node changes or deletes only rows it owns. Once other nodes have declared it
 #: dead and requeued its jobs, its writes of them change nothing (and its heartbeat stops it).
