@@ -24,6 +24,8 @@ table shows the median and the best round. gearmand's sqlite queue is slow, so i
 --slow-jobs jobs. Replay: fill a jobwire sqlite file with --replay jobs through the server,
 stop it, start it again and read the replay time it logs. Not a test: nothing is asserted.
 
+Each row also gives the server process's CPU per job over the scenario (user + system, from
+/proc: it moves little with the machine's load, unlike the rates).
 For postgresql, each row also gives the database's cost per job over the run: commits
 (`xact_commit` of the database), WAL bytes (`pg_current_wal_lsn`, cluster-wide: other
 activity on the same PostgreSQL counts too) and the CPU seconds of the node's backends
@@ -174,6 +176,12 @@ def server(name: str, workdir: Path, *extra: str) -> Iterator[tuple[int, subproc
             proc.wait()
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def gearbench(binary: Path, port: int, *args: str) -> dict[str, Any]:
     cmd = [str(binary), "--port", str(port), "--timeout", "600", *args]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -198,9 +206,12 @@ def throughput(args: argparse.Namespace, binary: Path) -> list[dict[str, Any]]:
                 try:
                     with (
                         tempfile.TemporaryDirectory(prefix="durable-", dir=args.tmp) as tmp,
-                        server(name, Path(tmp)) as (port, _),
+                        server(name, Path(tmp)) as (port, proc),
                     ):
+                        started = cpu_seconds(proc.pid)
                         result = gearbench(binary, port, "--mode", mode, *common, *extra)
+                        spent = cpu_seconds(proc.pid) - started
+                        result["server_cpu_us_per_job"] = spent / jobs * 1e6
                         if PG_RUN is not None:
                             result.update(PG_RUN.costs(jobs))
                 finally:
@@ -225,6 +236,14 @@ def summarize(rows: list[dict[str, Any]]) -> None:
             f"{name:<16} {mode:<8} {statistics.median(rates):>10,.0f} {max(rates):>10,.0f}"
             f"  {len(rates)}"
         )
+    for name, mode in sorted({(row["server"], row["mode"]) for row in rows}):
+        spent = [
+            row["server_cpu_us_per_job"]
+            for row in rows
+            if (row["server"], row["mode"]) == (name, mode) and "failed" not in row
+        ]
+        if spent:
+            print(f"{name} {mode}: server CPU per job (median) {statistics.median(spent):.1f} us")
     costs = [row for row in rows if "pg_cpu_us_per_job" in row and "failed" not in row]
     for name, mode in sorted({(row["server"], row["mode"]) for row in costs}):
         of_mode = [row for row in costs if (row["server"], row["mode"]) == (name, mode)]

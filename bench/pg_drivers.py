@@ -36,8 +36,8 @@ NODE = 1  # the node writing: every row is its own (owner), none waits elsewhere
 OWNED = (NODE, None)
 
 
-def columns(first: int, count: int, delete_from: int, deletes: int) -> list[list[Any]]:
-    """A batch of `count` new plain jobs and `deletes` finished ones, as the store sends it."""
+def changes(first: int, count: int, delete_from: int, deletes: int) -> dict[int, Row | None]:
+    """A batch of `count` new plain jobs and `deletes` finished ones, as the store has it."""
     now = time.time()
     rows: dict[int, Row | None] = {
         key: (
@@ -50,13 +50,34 @@ def columns(first: int, count: int, delete_from: int, deletes: int) -> list[list
             *PLAIN,
             now,
             *NONE,
+            0,  # origin
             *OWNED,
         )
         for key in range(first, first + count)
     }
     for key in range(delete_from, delete_from + deletes):
         rows[key] = None
+    return rows
+
+
+def typed_parameters(rows: dict[int, Row | None]) -> list[Any]:
+    """The parameters as the store sends them: column arrays it encoded (psycopg only)."""
     return batch_parameters(rows, {}, NODE, f"jobwire.{SCHEMA}")
+
+
+def list_parameters(rows: dict[int, Row | None]) -> list[Any]:
+    """The same as Python lists, for a driver to encode."""
+    live = [row for row in rows.values() if row is not None]
+    deleted = [key for key, row in rows.items() if row is None]
+    return [
+        *map(list, zip(*live, strict=True)),
+        NODE,
+        deleted,
+        NODE,
+        *[[] for _ in range(5)],  # no key-value records written or deleted
+        f"jobwire.{SCHEMA}",
+        [],
+    ]
 
 
 def _numbered(sql: str) -> str:
@@ -79,7 +100,8 @@ async def run_asyncpg(dsn: str, batches: list[list[Any]]) -> float:
 
 
 async def run_psycopg(dsn: str, batches: list[list[Any]], sql: str = BATCH_SQL) -> float:
-    """psycopg as the store uses it: parameters in binary (`%b`)."""
+    """psycopg as the store uses it: parameters in binary (`%b`), the arrays encoded by the
+    store (`jobwire.store.pgarrays`)."""
     conn = await psycopg.AsyncConnection.connect(
         dsn, autocommit=True, options=f"-c search_path={SCHEMA}", prepare_threshold=0
     )
@@ -127,7 +149,9 @@ def main() -> None:
                 for _ in range(args.batches):
                     # Each batch inserts new jobs and deletes as many finished ones.
                     deletes = args.batch if next_key > args.batch else 0
-                    batches.append(columns(next_key, args.batch, next_key - args.batch, deletes))
+                    rows = changes(next_key, args.batch, next_key - args.batch, deletes)
+                    encode = typed_parameters if name == "psycopg" else list_parameters
+                    batches.append(encode(rows))
                     next_key += args.batch
                 seconds = asyncio.run(runner(args.dsn, batches))
                 results[name].append(args.batch * args.batches / seconds)

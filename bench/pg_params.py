@@ -3,7 +3,7 @@
     .venv/bin/python bench/pg_params.py                 # 1,000 new jobs per batch
     .venv/bin/python bench/pg_params.py --batch 200 --repeat 200
 
-In process, no database: `batch_parameters` (changed rows into the 14 column arrays of
+In process, no database: `batch_parameters` (changed rows into the 17 column arrays of
 `BATCH_SQL`) and psycopg's conversion of those parameters to the wire format (binary, as the
 store sends them: `PostgresQuery.convert` + `dump`, what `cursor.execute` does before it
 sends), each in CPU microseconds per job (`time.process_time`, so other load on the machine
@@ -29,8 +29,9 @@ def new_jobs(count: int) -> dict[int, Row | None]:
     """`count` plain new jobs with empty payloads, as the store's rows."""
     now = time.time()
     plain = (0, 0, 0, None, None)  # priority, state, attempts, max_attempts, run_at
+    tail = (None, None, 0, 1, None)  # reducer, ext, origin, owner, client's node
     return {
-        key: (key, f"H:bench:{key}", "noop", "default", None, b"", *plain, now, None, None)
+        key: (key, f"H:bench:{key}", "noop", "default", None, b"x" * 100, *plain, now, *tail)
         for key in range(1, count + 1)
     }
 

@@ -51,6 +51,7 @@ from jobwire.engine.job import Job, JobState
 from jobwire.ports import RetractJobs, StoredJob
 
 # A job's row with every column, `Job.ext` encoded as the SQLite store encodes it.
+from jobwire.store import pgarrays
 from jobwire.store.frames import KVChanges, full_row
 from jobwire.store.sharedkeys import CRON_CHANGED, CRON_NAMESPACE, shared_key
 from jobwire.store.sqlite import EARLY_BATCH_WRITES, StoreError
@@ -187,12 +188,14 @@ _TYPES = [
     "int2",
 ]
 _UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS.split(", ")[1:])
-_ARRAYS = ", ".join(f"%b::{t}[]" for t in [*_TYPES, "bigint", "bigint"])
+_ROW_TYPES = [*_TYPES, "bigint", "bigint"]
+_UNIQUE_ROW_TYPES = [*_ROW_TYPES, "text"]
+_ARRAYS = ", ".join(f"%b::{t}[]" for t in _ROW_TYPES)
 #: One batch, one statement, its parameters sent in binary (`%b`: a third of the client's
-#: CPU of text, bench/pg_drivers.py) (25 parameters: 15 job columns, the owner and the client's
-#: node, the row keys
-#: to delete, the key-value records to write (namespace, key, value) and to delete (namespace,
-#: key), the node, the channel and the "function<US>queue" names that got unowned jobs).
+#: CPU of text, bench/pg_drivers.py), the arrays encoded by `jobwire.store.pgarrays` (25
+#: parameters: 15 job columns, the owner and the client's node, the row keys to delete, the
+#: key-value records to write (namespace, key, value) and to delete (namespace, key), the
+#: node, the channel and the "function<US>queue" names that got unowned jobs).
 #:
 #: Fencing: a node changes or deletes only rows it owns. Once other nodes have declared it
 #: dead and requeued its jobs, its writes of them change nothing (and its heartbeat stops it).
@@ -211,7 +214,7 @@ WITH saved AS (
 )
 SELECT count(pg_notify(%b::text, name)) FROM unnest(%b::text[]) AS name
 """
-_UNIQUE_ARRAYS = ", ".join(f"%b::{t}[]" for t in [*_TYPES, "bigint", "bigint", "text"])
+_UNIQUE_ARRAYS = ", ".join(f"%b::{t}[]" for t in _UNIQUE_ROW_TYPES)
 #: A batch with new jobs that carry a unique key (`jobwire.store.pgshared.shared_key`):
 #: `BATCH_SQL`'s parameters, then those rows with their key last. A row whose key a live job
 #: already holds (on any node) is not inserted: the conflict returns that job instead (the
@@ -302,14 +305,13 @@ def batch_parameters(
     `BATCH_UNIQUE_SQL`'s with the new rows that carry a unique key (`unique`, each row with
     its key after its client's node), in the order of their keys (two batches inserting the
     same keys then wait for each other in the same order)."""
-    columns: list[list[Any]] = [[] for _ in range(len(_TYPES) + 2)]
+    live: list[Row] = []
     deleted: list[int] = []
     for key, row in rows.items():
         if row is None:
             deleted.append(key)
         else:
-            for column, value in zip(columns, row, strict=True):
-                column.append(value)
+            live.append(row)
     put: list[list[Any]] = [[], [], []]
     unput: list[list[Any]] = [[], []]
     for (namespace, name), value in kv.items():
@@ -320,14 +322,27 @@ def batch_parameters(
             put[0].append(namespace)
             put[1].append(name)
             put[2].append(value)
-    parameters = [*columns, node, deleted, node, *put, *unput]
+    parameters = [
+        *_column_arrays(live, _ROW_TYPES),
+        node,
+        pgarrays.encode("bigint", deleted),
+        node,
+        *map(pgarrays.encode, ("text", "text", "bytea"), put),
+        *map(pgarrays.encode, ("text", "text"), unput),
+    ]
     if unique:
-        keyed: list[list[Any]] = [[] for _ in range(len(_TYPES) + 3)]
-        for _, row in sorted(unique.items(), key=lambda item: item[1][-1]):
-            for column, value in zip(keyed, row, strict=True):  # by key: no deadlock
-                column.append(value)
-        parameters += keyed
-    return [*parameters, channel, list(ready)]
+        keyed = sorted(unique.values(), key=lambda row: row[-1])  # by key: no deadlock
+        parameters += _column_arrays(keyed, _UNIQUE_ROW_TYPES)
+    return [*parameters, channel, pgarrays.encode("text", list(ready))]
+
+
+def _column_arrays(rows: list[Row], types: list[str]) -> list[pgarrays.PgArray]:
+    """The rows' columns, each as an array of its type (rows all as long as `types`)."""
+    if not rows:
+        return [pgarrays.encode(name, ()) for name in types]
+    if len(rows[0]) != len(types):
+        raise ValueError(f"rows of {len(rows[0])} columns, {len(types)} expected")
+    return list(map(pgarrays.encode, types, zip(*rows, strict=True)))
 
 
 def schema_version(conn: psycopg.Connection[Any]) -> int:
