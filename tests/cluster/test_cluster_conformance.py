@@ -33,7 +33,6 @@ _UNIQUE = "unique keys are per node (each node coalesces only its own jobs)"
 #: node right after a change may still see the state before it. These cases pass when the
 #: notification wins the race (usually), so they are not strict.
 _NOTIFIED = "cron registrations and pauses reach the other node by notification, a moment later"
-_RATE = "rate limits are per node"
 _WORKFLOW = "a workflow advances on the node that holds its state, its jobs are elsewhere"
 _EVENTS = "the event log is per node"
 _STATS = "queue statistics count this node's own jobs in detail, the others' only as rows"
@@ -64,7 +63,6 @@ NOT_ON_A_CLUSTER: dict[str, str] = {
     "L4-BULK-001/bulk-enqueue": _STATS,
     "L4-BULK-003/bulk-enqueue-large-batch": _STATS,
     "L4-STATS-001/queue-stats": _STATS,
-    "L4-RL-001/rate-limit-per-queue": _RATE,
     "L4-UNIQ-002/unique-reject-duplicate": _UNIQUE,
     "L4-UNIQ-003/unique-replace-duplicate": _UNIQUE,
     "L4-UNIQ-004/unique-ignore-duplicate": _UNIQUE,

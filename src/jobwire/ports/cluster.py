@@ -46,6 +46,23 @@ class ClusterView(Protocol):
     def attach_cron(self, cron: CronScheduler) -> None:
         """Share the registrations and fire each tick on one node only."""
 
+    def attach_rate_limits(self, apply: Callable[[str, int | None], None]) -> None:
+        """Apply every queue rate limit the cluster shares with `apply(queue, per_second)`
+        (None: lifted), now and whenever they change (`jobwire.store.pgrates`)."""
+
+    async def share_rate_limit(self, queue: str, per_second: int) -> None:
+        """Limit `queue` on every node (this node applied it already)."""
+
+    async def forget_rate_limits(self) -> None:
+        """Lift every shared rate limit (an admin reset)."""
+
+    async def take_rate(self, queue: str, wanted: int) -> int:
+        """Up to `wanted` of the cluster's budget for `queue` now: how many jobs of it this
+        node may hand out."""
+
+    def give_back_rate(self, queue: str, unused: int) -> None:
+        """Budget taken by `take_rate` that was not used."""
+
     def forget_interest(self) -> None:
         """Forget the fetches and waiting workers this node claims for (an admin reset: the
         workers are forgotten too), so that new jobs go to the shared queue again."""

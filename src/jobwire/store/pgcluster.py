@@ -19,7 +19,8 @@ beside the engine on the event loop:
 - **Wake-ups**: nodes LISTEN on the schema's channel; a batch that wrote unowned jobs notifies
   "function<US>queue" with its commit, and nodes with idle workers for them claim at once. A
   slow poll (`--cluster-poll`) covers a lost notification.
-- **Shared state**: unique keys, cron ticks and pauses, in `jobwire.store.pgshared`.
+- **Shared state**: unique keys, cron ticks, pauses and rate limits, in
+  `jobwire.store.pgshared`.
 """
 
 from __future__ import annotations
@@ -300,6 +301,23 @@ class ClusterNode:
 
     def attach_cron(self, cron: CronScheduler) -> None:
         self.shared.attach_cron(cron)
+
+    def attach_rate_limits(self, apply: Callable[[str, int | None], None]) -> None:
+        self.shared.rates.attach(apply)
+        if self._loop is not None:  # started: what was read before had nobody to go to
+            self.shared.refresh()
+
+    async def share_rate_limit(self, queue: str, per_second: int) -> None:
+        await self.shared.rates.share(queue, per_second)
+
+    async def forget_rate_limits(self) -> None:
+        await self.shared.rates.forget()
+
+    async def take_rate(self, queue: str, wanted: int) -> int:
+        return await self.shared.rates.take(queue, wanted)
+
+    def give_back_rate(self, queue: str, unused: int) -> None:
+        self.shared.rates.give_back(queue, unused)
 
     def _fatal(self, reason: str) -> None:
         log.critical("cluster: %s", reason)

@@ -1,4 +1,5 @@
-"""What the nodes of a cluster share beside the jobs: unique keys, cron ticks, pauses.
+"""What the nodes of a cluster share beside the jobs: unique keys, cron ticks, pauses, rate
+limits.
 
 `ClusterNode` (`jobwire.store.pgcluster`) makes one `SharedState` and hands it the
 notifications of shared state; docs/scaling.md describes the whole.
@@ -16,6 +17,7 @@ notifications of shared state; docs/scaling.md describes the whole.
   inserts the row fires it and writes its record (last run, count), which the others read.
 - **Pauses.** `paused_queues` holds the paused queues: pausing writes it and notifies; every
   node reads it again and pauses its queues alike, and claims skip the paused queues' jobs.
+- **Rate limits** of queues, and their budget: `jobwire.store.pgrates`.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from jobwire.engine.job import Job, JobState
-from jobwire.store.sharedkeys import CRON_CHANGED, CRON_NAMESPACE, PAUSES_CHANGED
+from jobwire.store.pgrates import SharedRates
+from jobwire.store.sharedkeys import CRON_CHANGED, CRON_NAMESPACE, PAUSES_CHANGED, RATES_CHANGED
 
 if TYPE_CHECKING:
     from jobwire.engine.cron import CronEntry, CronScheduler
@@ -73,6 +76,7 @@ class SharedState:
         # Held jobs whose submitter waits to know who holds their key, by id.
         self._waiting: dict[str, asyncio.Future[str | None]] = {}
         self._paused: set[str] = set()  # as last read from the database
+        self.rates = SharedRates(cluster)
         self._reading: asyncio.Task[None] | None = None
         self._again = False  # read once more when the reading in progress ends
 
@@ -85,6 +89,7 @@ class SharedState:
         self.store.on_unique = None
         if self.cron is not None:
             self.cron.claim_tick = None
+        self.rates.close()
         for future in self._waiting.values():
             if not future.done():
                 future.set_result(None)
@@ -164,12 +169,12 @@ class SharedState:
 
     def heard(self, payload: str) -> None:
         """A notification of shared state (`jobwire.store.sharedkeys`)."""
-        if payload in (CRON_CHANGED, PAUSES_CHANGED):
+        if payload in (CRON_CHANGED, PAUSES_CHANGED, RATES_CHANGED):
             self._read_again()
 
     def _read_again(self) -> None:
-        """Read the cron registrations and the pauses again (one reading at a time; a
-        notification during one makes another follow)."""
+        """Read the cron registrations, the pauses and the rate limits again (one reading at
+        a time; a notification during one makes another follow)."""
         if self.cluster.closed:
             return
         if self._reading is not None and not self._reading.done():
@@ -182,6 +187,7 @@ class SharedState:
         while True:
             try:
                 await self.read_pauses()
+                await self.rates.read()
                 await self.read_cron()
             except Exception as exc:
                 log.warning("cluster: reading the shared state failed: %s", exc)

@@ -58,7 +58,7 @@ from jobwire.store.sqlite import EARLY_BATCH_WRITES, StoreError
 
 log = logging.getLogger("jobwire.store")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Seconds between two connection attempts while PostgreSQL is away: doubling from the
 #: first to the last.
 RECONNECT_MIN = 0.05
@@ -158,12 +158,24 @@ SHARED_STATEMENTS = (
         since timestamptz NOT NULL DEFAULT now()
     )""",
 )
+#: Version 4, the queues' rate limits the nodes share (`jobwire.store.pgrates`): a token
+#: bucket per queue.
+RATE_STATEMENTS = (
+    """CREATE TABLE IF NOT EXISTS queue_rates (
+        queue text PRIMARY KEY,
+        per_second integer NOT NULL,
+        tokens double precision NOT NULL,
+        refreshed_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+        granted integer NOT NULL DEFAULT 0
+    )""",
+)
 #: Migrations from version N to N + 1, by N (version 0: no tables). Rows of a one-node schema
 #: (version 1) have no owner after the upgrade: the first node to start alone adopts them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     0: SCHEMA_STATEMENTS,
     1: CLUSTER_STATEMENTS,
     2: SHARED_STATEMENTS,
+    3: RATE_STATEMENTS,
 }
 
 _COLUMNS = (

@@ -40,8 +40,10 @@ def shared_key(job: Job) -> str | None:
 
 #: Notifications of shared state, on the cluster's channel (work notifications are
 #: "function<US>queue", "nodes" a node coming or going): the cron registrations changed
-#: (a batch wrote a record of this key-value namespace); the paused queues changed.
+#: (a batch wrote a record of this key-value namespace); the paused queues changed; the
+#: queues' rate limits changed.
 SHARED_NOTE = "\x1e"
 CRON_NAMESPACE = "cron"
 CRON_CHANGED = SHARED_NOTE + "cron"
 PAUSES_CHANGED = SHARED_NOTE + "pause"
+RATES_CHANGED = SHARED_NOTE + "rate"

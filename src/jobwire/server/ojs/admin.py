@@ -56,6 +56,9 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
 
     async def reset(request: web.Request) -> web.Response:
         service.reset()
+        cluster = service.runtime.cluster
+        if cluster is not None:  # the queues' rate limits hold on every node: lift them all
+            await cluster.forget_rate_limits()
         return reply({"ok": True})
 
     router.add_post(BASE + "/admin/workers/{worker_id}/state", set_state)

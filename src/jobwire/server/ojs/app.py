@@ -13,6 +13,7 @@ liveness, cron).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from jobwire.engine.events import EventLog
 from jobwire.engine.job import ORIGIN_CRON, ORIGIN_OJS, Job, JobState
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
 from jobwire.ports import encode_ext, key_value_store
+from jobwire.ports.cluster import ClusterView
 from jobwire.protocols.ojs import limits
 from jobwire.protocols.ojs.envelope import SPEC_VERSION, PushRequest, parse_push
 from jobwire.protocols.ojs.errors import OJSError, error_body
@@ -142,6 +144,8 @@ class OJSService:
         self.dead_letter = DeadLetter(engine, wants=wants_dead_letter, kv=kv)
         self.liveness = WorkerLiveness(engine, self.options.heartbeat_timeout)
         self.rate_limits = QueueRateLimits()
+        # Rate limits being written for the other nodes of a cluster, by queue.
+        self._rate_shares: dict[str, asyncio.Task[None]] = {}
         self.keyed_limits = KeyedLimits()
         #: Queue depth bounds (backpressure extension), set by `PUT /admin/queues/{name}/config`.
         self.backpressure: dict[str, Backpressure] = {}
@@ -182,6 +186,7 @@ class OJSService:
         restored = self.cron.load()
         if self.runtime.cluster is not None:  # one registry, each tick fired once
             self.runtime.cluster.attach_cron(self.cron)
+            self.runtime.cluster.attach_rate_limits(self.rate_limits.set)
         if restored:
             log.info("restored %d cron registrations", restored)
         restored = self.dead_letter.load()
@@ -439,11 +444,34 @@ class OJSService:
             self.uniques.add(plan.unique_key, job, ext.get("unique_until"))
         if req.expires_at is not None:
             self.arm_expiry(job)
-        if req.rate_limit is not None:
-            self.rate_limits.set(req.queue, req.rate_limit)
+        if req.rate_limit is not None and self.rate_limits.limit(req.queue) != req.rate_limit:
+            self._limit_queue(req.queue, req.rate_limit)
         if req.keyed_limit is not None:
             self.keyed_limits.declare(req.keyed_limit)
         return job, True
+
+    def _limit_queue(self, queue: str, per_second: int) -> None:
+        """A push changed `queue`'s rate limit: here at once, on the other nodes of a
+        cluster once the database has it (`rate_limit_shared`)."""
+        self.rate_limits.set(queue, per_second)
+        cluster = self.runtime.cluster
+        if cluster is not None:
+            share = self._share_rate_limit(cluster, queue, per_second)
+            self._rate_shares[queue] = asyncio.get_running_loop().create_task(share)
+
+    async def _share_rate_limit(self, cluster: ClusterView, queue: str, per_second: int) -> None:
+        try:
+            await cluster.share_rate_limit(queue, per_second)
+        except Exception as exc:  # the limit holds here all the same
+            log.warning("sharing the rate limit of queue %s failed: %s", queue, exc)
+
+    async def rate_limit_shared(self, queue: str) -> None:
+        """Wait for the sharing of `queue`'s new rate limit, if one is under way."""
+        task = self._rate_shares.get(queue)
+        if task is not None:
+            await asyncio.shield(task)
+            if self._rate_shares.get(queue) is task:
+                del self._rate_shares[queue]
 
     def depth(self, queue: str) -> int:
         """Jobs ready in `queue` (what a fetch could take now): its lanes' counts."""

@@ -61,6 +61,8 @@ class JobRoutes:
             headers.update(self.service.pressure_headers(job.queue))
         if req.rate_limit is not None or req.keyed_limit is not None:
             headers.update(_rate_limit_headers(req.rate_limit, req.keyed_limit))
+        if req.rate_limit is not None:  # a new limit holds on every node once answered
+            await self.service.rate_limit_shared(req.queue)
         return reply({"job": job_json(job)}, 201, headers)
 
     async def _coalesced(self, req: PushRequest, holder: str) -> web.Response:
@@ -112,6 +114,8 @@ class JobRoutes:
         except OJSError:
             self._undo(created)  # so the batch stays all or nothing
             raise
+        for queue in {plan.req.queue for plan in plans if plan.req.rate_limit is not None}:
+            await self.service.rate_limit_shared(queue)
         jobs = [job_json(job) for job, _ in created]
         return reply({"jobs": jobs, "count": len(jobs)}, 201)
 

@@ -3,7 +3,8 @@ out per queue in any one second. Per key (the rate-limiting extension, `KeyedLim
 
 A sliding one-second window of delivery times per limited queue; fetches ask how many jobs
 they may take (`allowance`) and report what they took (`taken`). Unlimited queues cost one
-dict look-up.
+dict look-up. On a cluster the limits are the nodes' (`jobwire.store.pgrates`), and a fetch
+also takes from the budget they share.
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ from jobwire.server.ojs.ownership import check_holder
 from jobwire.server.ojs.render import job_json
 
 if TYPE_CHECKING:
+    from jobwire.ports.cluster import ClusterView
     from jobwire.server.ojs.app import OJSService
 
 DEFAULT_CONCURRENCY = 10
@@ -220,7 +221,7 @@ class WorkerRoutes:
         if session.state is not WorkerState.RUNNING:
             return reply({"jobs": []})
         seconds = lease / 1000 if lease else None
-        jobs = self._lease(names, count, session, seconds)
+        jobs = await self._lease(names, count, session, seconds)
         # A cluster node: jobs pushed on other nodes wait in the shared queue; claim what is
         # missing now, so that this fetch (not the next one) gets them.
         claim = self.engine.claim_for_fetch
@@ -230,19 +231,21 @@ class WorkerRoutes:
             and session.has_room
             and await claim(names, count - len(jobs))
         ):
-            jobs += self._lease(names, count - len(jobs), session, seconds)
+            jobs += await self._lease(names, count - len(jobs), session, seconds)
         rendered = [job_json(job) for job in jobs]
         out: dict[str, Any] = {"jobs": rendered}
         if rendered:
             out["job"] = rendered[0]
         return reply(out)
 
-    def _lease(
+    async def _lease(
         self, queues: list[str], count: int, session: WorkerSession, lease: float | None
     ) -> list[Job]:
-        """Up to `count` jobs, queues in order, within each queue's rate limit."""
+        """Up to `count` jobs, queues in order, within each queue's rate limit (on a cluster,
+        within the budget the nodes share: `jobwire.store.pgrates`)."""
         engine, limits = self.engine, self.service.rate_limits
         keyed = self.service.keyed_limits
+        cluster = self.service.runtime.cluster
         now = engine.clock()
         jobs: list[Job] = []
         held: list[Job] = []  # over their key's limit: back to their queues after the fetch
@@ -251,8 +254,15 @@ class WorkerRoutes:
             if wanted <= 0:
                 break
             allowance = limits.allowance(name, now)
+            budget = None  # taken from the cluster's budget for this queue
             if allowance is not None:
                 wanted = min(wanted, allowance)
+                if cluster is not None:
+                    wanted = budget = await self._budget(cluster, name, wanted)
+                    now = engine.clock()
+                    if session.state is not WorkerState.RUNNING:
+                        wanted = 0  # it went meanwhile: the budget goes back
+            handed = 0
             while wanted > 0 and len(held) < MAX_FETCH:
                 got = engine.fetch([name], wanted, worker=session, lease_timeout=lease)
                 if not got:
@@ -262,6 +272,9 @@ class WorkerRoutes:
                 limits.taken(name, len(taken), now)
                 jobs.extend(taken)
                 wanted -= len(taken)
+                handed += len(taken)
+            if cluster is not None and budget is not None and budget > handed:
+                cluster.give_back_rate(name, budget - handed)
         for job in reversed(held):
             engine.unlease(job)
         default = self.service.options.visibility_timeout
@@ -275,6 +288,15 @@ class WorkerRoutes:
                 lease_for = min(lease_for, timeout)
             engine.extend_lease(job, lease_for)
         return jobs
+
+    async def _budget(self, cluster: ClusterView, queue: str, wanted: int) -> int:
+        """How many jobs of rate-limited `queue` this node may hand out now: its share of
+        the cluster's budget, asked for the jobs it could hand out (none: no round trip)."""
+        info = self.engine.queues.get(queue)
+        if info is None or info.paused:
+            return 0
+        wanted = min(wanted, self.service.depth(queue))
+        return await cluster.take_rate(queue, wanted) if wanted > 0 else 0
 
     # ------------------------------------------------------------------ ack / nack
 
