@@ -86,7 +86,8 @@ class SharedRates:
     async def forget(self) -> None:
         """Lift every shared limit (an admin reset)."""
         await self.cluster.shared_fetch(FORGET_SQL, (self.cluster.store.channel, RATES_CHANGED))
-        self._known.clear()
+        # `_known` stays: the reading this notification brings lifts them (and any a reading
+        # under way meanwhile applied again).
 
     async def read(self) -> None:
         apply = self._apply
