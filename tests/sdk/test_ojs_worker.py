@@ -94,10 +94,12 @@ def test_the_operator_quiets_and_resumes_the_worker(server: ServerProcess) -> No
         fetches = worker.fetches
         beats = worker.heartbeats
         waiting = ojs.push("upper", ["b"])
-        # Several heartbeats later it still takes nothing, and has not even asked.
+        # Several heartbeats later it still takes nothing, and has not even asked: only the
+        # one fetch that was already on its way when the quiet came may still be answered
+        # (it gets nothing: the server gives a quiet worker no job).
         wait_until(lambda: worker.heartbeats >= beats + 5, "heartbeats while quiet")
         assert worker.state is WorkerState.QUIET
-        assert worker.fetches == fetches
+        assert worker.fetches <= fetches + 1
         assert ojs.job(waiting)["state"] == "available"
         ojs.direct(worker.worker_id, "running")
         assert ojs.wait_job(waiting, "completed")["result"] == "B"
