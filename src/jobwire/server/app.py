@@ -308,6 +308,9 @@ class Server:
         runtime.on_shutdown = lambda graceful: self._shutdown(engine, graceful)
         if config.pid_file is not None:
             config.pid_file.write_text(f"{os.getpid()}\n")
+        # Bound now (a port in use fails the start at once), accepting only once every other
+        # listener is up: a client that reaches the Gearman port finds start-up over, not the
+        # HTTP stack still importing and building on the loop it is served from.
         tcp = await loop.create_server(
             gearman.protocol_factory,
             host=config.listen,
@@ -315,6 +318,7 @@ class Server:
             backlog=config.backlog,
             reuse_address=True,
             ssl=security.context,
+            start_serving=False,
         )
         self._servers.append(tcp)
         http = ojs = metrics = None
@@ -365,6 +369,8 @@ class Server:
             loop.add_signal_handler(sig, self._stop.set)
         if security.tls is not None:
             loop.add_signal_handler(signal.SIGHUP, self._reload_tls)
+        gc.freeze()  # what the listeners' start-up allocated, out of the collector's sight too
+        await tcp.start_serving()
         log.info("jobwire listening on %s:%d (gearman)", config.listen, config.port)
         if config.on_ready is not None:
             config.on_ready()
