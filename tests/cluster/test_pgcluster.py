@@ -276,3 +276,60 @@ def test_a_node_that_stops_hands_its_queued_jobs_to_the_others(
         worker.send(Cmd.PRE_SLEEP)
     assert ran == handles
     worker.close()
+
+
+def test_jobs_a_node_kept_while_alone_run_on_a_node_whose_worker_waits(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    keeper = start_node(nodes, schema)
+    with GearmanSocket(keeper) as client:  # alone: it keeps every job, and has no worker
+        handles = {client.submit_bg("kept", f"job {i}") for i in range(4)}
+    assert schema.rows("SELECT count(*) FROM {schema}.jobs WHERE owner IS NULL") == [(0,)]
+    joiner = start_node(nodes, schema)
+    for node in (keeper, joiner):
+        wait_until(lambda node=node: "cluster: 2 nodes" in node.log() or None, "nodes meet", 60)
+    worker = sleeping_worker(joiner, "kept")
+    ran = set()
+    started = time.monotonic()
+    for _ in handles:  # the joiner asks, the keeper gives: by notification, not the poll
+        handle, _payload = wake_and_grab(worker)
+        ran.add(handle)
+        worker.send(Cmd.WORK_COMPLETE, handle, "ok")
+        worker.send(Cmd.PRE_SLEEP)
+    assert ran == handles
+    assert time.monotonic() - started < float(POLL) / 2
+    worker.close()
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "gone")
+    assert keeper.proc.poll() is None  # it gave them; it did not have to stop first
+
+
+def test_an_ojs_fetch_gets_the_jobs_another_node_kept_for_its_own_fetches(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    keeper, other = start_cluster(nodes, schema, http=True)
+    on_keeper = Runner(f"http://127.0.0.1:{keeper.http_port}")
+    on_other = Runner(f"http://127.0.0.1:{other.http_port}")
+    # A fetch on the keeper makes it keep the queue's new jobs for its own fetches.
+    assert on_keeper.request("POST", "/ojs/v1/workers/fetch", {"queues": ["kq"]}).status == 200
+    ids = set()
+    for n in range(3):
+        pushed = on_keeper.request(
+            "POST", "/ojs/v1/jobs", {"type": "report", "args": [n], "options": {"queue": "kq"}}
+        )
+        assert pushed.status == 201, pushed.raw
+        ids.add(pushed.body["job"]["id"])
+    assert schema.rows("SELECT count(*) FROM {schema}.jobs WHERE owner IS NULL") == [(0,)]
+    fetched: set[str] = set()
+
+    def fetch_on_the_other() -> bool | None:
+        reply = on_other.request("POST", "/ojs/v1/workers/fetch", {"queues": ["kq"], "count": 3})
+        assert reply.status == 200, reply.raw
+        fetched.update(job["id"] for job in reply.body["jobs"])
+        return fetched == ids or None
+
+    wait_until(fetch_on_the_other, "the other node's fetches got the kept jobs", DEADLINE)
+    owners = schema.rows("SELECT DISTINCT owner FROM {schema}.jobs")
+    assert len(owners) == 1 and owners[0][0] is not None  # all claimed by the other node
+    for job_id in ids:
+        acked = on_other.request("POST", "/ojs/v1/workers/ack", {"job_id": job_id})
+        assert acked.status == 200, acked.raw

@@ -19,6 +19,13 @@ beside the engine on the event loop:
 - **Wake-ups**: nodes LISTEN on the schema's channel; a batch that wrote unowned jobs notifies
   "function<US>queue" with its commit, and nodes with idle workers for them claim at once. A
   slow poll (`--cluster-poll`) covers a lost notification.
+- **Rebalancing**: a claim that finds the shared queue short while workers here wait asks
+  the other nodes (a notification, at most every `ASK_INTERVAL` per function or queue); a
+  node that keeps queued jobs of it beyond what its own free workers take gives up to the
+  number asked for, the best first, to the shared queue (its next batch writes them
+  nobody's and notifies), and the asking node claims them. So jobs a node kept (while
+  alone, because a worker or a fetch was there when they came, or after a requeue) do not
+  wait on it while another node's workers are idle.
 - **Shared state**: unique keys, cron ticks, pauses and rate limits, in
   `jobwire.store.pgshared`.
 """
@@ -37,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from jobwire.engine.job import Job, JobState, Output
+from jobwire.engine.job import ORIGIN_TITANIC, Job, JobState, Output
 from jobwire.ports import StoredJob, decode_ext
 from jobwire.ports.cluster import Counts
 from jobwire.store.pgshared import SharedState
@@ -69,6 +76,16 @@ FETCH_INTEREST = 10.0
 CLOSE_WAIT = 3.0
 #: Seconds one statement of the cluster may take before its connection is given up.
 STATEMENT_TIMEOUT = 10.0
+#: Seconds between two asks for the same function or queue (`ClusterNode._ask`).
+ASK_INTERVAL = 0.5
+#: Seconds a job waits queued (since it was created or came due) before another node's ask
+#: takes it: a younger one is likely taken by a worker or a fetch here in a moment, and one
+#: given away is nobody's to take until its batch commits (two fetches at once, one on each
+#: node, would both miss it).
+GIVE_AFTER = 2.0
+#: Notifications asking the nodes for work: ASK_NOTE, the asking node, US, how many jobs,
+#: US, "f" + function or "q" + queue.
+ASK_NOTE = "\x1d"
 
 #: Renew the lease (node, lease seconds, node); no row: the others declared this node dead.
 #: Answers the number of other live nodes, and takes the node's lock on this connection when
@@ -187,6 +204,10 @@ class ClusterNode:
         self.claimed = 0  # jobs claimed from the shared queue, for tests and metrics
         self.released = 0  # jobs written to the shared queue
         self.requeued = 0  # jobs of dead nodes this node gave back to the shared queue
+        self.given = 0  # queued jobs this node gave to the shared queue when others asked
+        self._asked_at: dict[str, float] = {}  # "f" + function or "q" + queue -> monotonic
+        self._asks_due: dict[str, int] = {}  # asks waiting for the interval: how many
+        self._gives_due: set[str] = set()  # asks for jobs too young to give yet
         self._beat = Connection(store.dsn)
         self._claims = Connection(store.dsn)
         self._reads = Connection(store.dsn)  # status queries
@@ -441,6 +462,8 @@ class ClusterNode:
                 observers.append(self._observed)  # to offer foreground jobs to the others
             elif not peers and self._observed in observers:
                 observers.remove(self._observed)
+            if peers:
+                self.want_all()  # workers idle here may get what the others keep
         dead, requeued, _ = (await self._beat.fetch(REAP_SQL, (self.node, self.store.channel)))[0]
         if dead:
             self.requeued += int(requeued)
@@ -506,6 +529,12 @@ class ClusterNode:
     def _heard(self, payload: str) -> None:
         if payload.startswith(SHARED_NOTE):
             self.shared.heard(payload)
+            return
+        if payload.startswith(ASK_NOTE):
+            node, _, rest = payload[1:].partition("\x1f")
+            count, _, key = rest.partition("\x1f")
+            if node != str(self.node) and count.isdigit() and key[:1] in ("f", "q"):
+                self._give(key, int(count))
             return
         self._notes += 1
         function, separator, queue = payload.partition("\x1f")
@@ -655,11 +684,94 @@ class ClusterNode:
         parameters = {"node": self.node, "name": name, "now": time.time(), "limit": limit}
         notes = self._notes
         rows = await self._claims.fetch(statement, parameters)
-        if len(rows) < limit and notes == self._notes:
-            self._dry.add(key)  # nothing more is waiting: look again when told
+        if len(rows) < limit:
+            if notes == self._notes:
+                self._dry.add(key)  # nothing more is waiting: look again when told
+            self._ask(key, limit - len(rows))
         if rows:
             self.load(rows)
         return len(rows)
+
+    # ------------------------------------------------------------------ rebalancing
+
+    def _ask(self, key: str, missing: int) -> None:
+        """Workers here wait for `missing` more jobs of `key` ("f" + function, "q" + queue)
+        than the shared queue had: ask the other nodes for queued jobs they keep."""
+        if not self.peers or self._closed or self._loop is None:
+            return
+        now = time.monotonic()
+        wait = self._asked_at.get(key, -ASK_INTERVAL) + ASK_INTERVAL - now
+        if wait > 0:  # asked lately: ask again once the interval is over, the latest count
+            if key not in self._asks_due:
+                self._loop.call_later(wait, self._ask_due, key)
+            self._asks_due[key] = missing
+            return
+        self._asked_at[key] = now
+        self._outbox.put_nowait(
+            (self.store.channel, f"{ASK_NOTE}{self.node}\x1f{missing}\x1f{key}")
+        )
+
+    def _ask_due(self, key: str) -> None:
+        missing = self._asks_due.pop(key, 0)
+        if missing:
+            self._ask(key, missing)
+
+    def _give(self, key: str, wanted: int) -> int:
+        """Another node asked for `wanted` jobs of `key`: give up to that many queued jobs
+        of it, the best first, to the shared queue, of those this node's own free workers
+        will not take (a function's surplus over its idle workers). Only background jobs
+        without a client waiting here, whose rows are written, queued for `GIVE_AFTER`
+        seconds at least (younger ones are given once they are that old, if asked for)."""
+        if self._closed or wanted <= 0:
+            return 0
+        engine = self.engine
+        name = key[1:]
+        if key[0] == "f":
+            fn = engine.functions.get(name)
+            lanes = [] if fn is None else list(fn.lanes.values())
+        else:
+            lanes = [fn.lanes[name] for fn in engine.functions.values() if name in fn.lanes]
+        spare: dict[str, int] = {}
+        chosen: list[Job] = []
+        now = time.time()
+        young: float | None = None  # when the first job too young to give is old enough
+        for lane in lanes:
+            fn = lane.function
+            left = spare.get(fn.name)
+            if left is None:
+                left = fn.available - max(0, len(fn.workers) - fn.running)
+            for level in lane.levels:  # highest priority first, each oldest first
+                for job in level.entries():
+                    if len(chosen) >= wanted or left <= 0:
+                        break
+                    if job.state is not JobState.AVAILABLE or not _movable(job):
+                        continue
+                    if not self.store.givable(job):
+                        continue
+                    since = max(job.created_at, job.run_at or 0.0)
+                    if now - since < GIVE_AFTER:
+                        young = min(young or now + GIVE_AFTER, since + GIVE_AFTER)
+                        continue
+                    chosen.append(job)
+                    left -= 1
+            spare[fn.name] = left
+        given = 0
+        for job in chosen:
+            if engine.release(job):
+                self.store.give_away(job)
+                given += 1
+        if given:
+            self.given += given
+            log.debug("cluster: gave %d queued job(s) of %s to the shared queue", given, name)
+        if young is not None and given < wanted and key not in self._gives_due:
+            assert self._loop is not None
+            self._gives_due.add(key)
+            self._loop.call_later(young - now, self._give_due, key, wanted - given)
+        return given
+
+    def _give_due(self, key: str, wanted: int) -> None:
+        self._gives_due.discard(key)
+        self._give(key, wanted)
 
     async def claim_for_fetch(self, queues: Sequence[str], missing: int) -> int:
         """For a fetch by queue that found fewer jobs than it asked for: claim up to
@@ -722,6 +834,16 @@ class ClusterNode:
             if client is not None and claimed is not None:
                 remote = RemoteClient(self._outbox, node_channel(self.store.channel, client))
                 self.engine.subscribe(claimed, remote)
+
+
+def _movable(job: Job) -> bool:
+    """A queued job another node may run as well as this one: a background job no client
+    waits on here, whose end no state of this node's follows (a workflow's step, whose
+    workflow advances where it was started; a Titanic request, whose reply is kept where
+    it was asked for)."""
+    if not job.background or job.subscribers or job.origin == ORIGIN_TITANIC:
+        return False
+    return job.ext is None or "workflow" not in job.ext
 
 
 def detached_job(row: StoredJob) -> Job:

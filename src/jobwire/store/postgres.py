@@ -199,7 +199,9 @@ _TYPES = [
     "bytea",
     "int2",
 ]
-_UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in _COLUMNS.split(", ")[1:])
+#: A row is rewritten with its owner: this node's, or none for a queued job it gives to the
+#: shared queue (`give_away`); only ever by its owner (`WHERE jobs.owner = ...`).
+_UPDATES = ", ".join(f"{c} = EXCLUDED.{c}" for c in [*_COLUMNS.split(", ")[1:], "owner"])
 _ROW_TYPES = [*_TYPES, "bigint", "bigint"]
 _UNIQUE_ROW_TYPES = [*_ROW_TYPES, "text"]
 _ARRAYS = ", ".join(f"%b::{t}[]" for t in _ROW_TYPES)
@@ -496,6 +498,7 @@ class PostgresStore:
         # The current batch: jobs by row key (None: removed), new rows, key-value writes.
         self._changes: dict[int, Job | None] = {}
         self._new_rows: set[int] = set()
+        self._given: set[int] = set()  # rows of queued jobs given to the shared queue
         self._created: list[Job] = []
         self._kv: KVChanges = {}
         self._kv_written: KVChanges = {}  # every key-value write handed off
@@ -631,6 +634,23 @@ class PostgresStore:
     def keys_left(self) -> int:
         return self._last_row - self._next_row + 1
 
+    def givable(self, job: Job) -> bool:
+        """Whether `give_away` can take this job: its row is written, or on its way (not
+        new in the batch being gathered, which writes it with its owner, nor held back for
+        its unique key)."""
+        key = job.row
+        return bool(key) and key not in self._new_rows and job.id not in self.held
+
+    def give_away(self, job: Job) -> None:
+        """A queued job this node's engine let go (`Engine.release`) goes to the shared
+        queue with the next batch, for a node whose workers wait (`jobwire.store.pgcluster`):
+        its row is rewritten nobody's (after any batch in flight that writes it)."""
+        self.write_count += 1
+        self._given.add(job.row)
+        self._changes[job.row] = job
+        if not self._scheduled:
+            self._schedule()
+
     def job_removed(self, job: Job) -> None:
         self.write_count += 1
         key = job.row
@@ -717,9 +737,13 @@ class PostgresStore:
         ready: set[str] = set()
         created = self._created
         kept_foreground = False
+        given = self._given
         for key, job in self._changes.items():
             if job is None:
                 rows[key] = None
+            elif key in given:  # nobody's now, and the nodes listening hear of it
+                rows[key] = (*full_row(job), None, None)
+                ready.add(f"{job.function}\x1f{job.queue}")
             elif releases is not None and key in new_rows:
                 row = full_row(job)  # as queued here, before it may leave the engine
                 if releases(job):
@@ -745,6 +769,8 @@ class PostgresStore:
         self._carried, self._kv_carried = {}, {}
         self._changes, self._kv, self._created = {}, {}, []
         self._new_rows = set()
+        if given:
+            self._given = set()
         return rows, kv, created, ready, keyed
 
     def _keyed_rows(
@@ -797,6 +823,7 @@ class PostgresStore:
         except Exception as exc:  # a value that cannot be turned into a row: this batch fails
             log.exception("store: cannot encode a batch")
             self._changes, self._kv, self._created, self._new_rows = {}, {}, [], set()
+            self._given = set()
             held = {job.row: (job, "") for job in created if job.id in self.held}
             if held:
                 self._keyed[number] = held  # settled as failed with the batch
