@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from jobwire.store.pgcluster import CLAIM_BATCH
 from tests.cluster.conftest import POLL, start_node, start_nodes
 from tests.interop.gearman_raw import DEADLINE, Cmd, GearmanSocket, wait_until
 from tests.interop.gearman_raw import status as status_of
@@ -333,3 +334,20 @@ def test_an_ojs_fetch_gets_the_jobs_another_node_kept_for_its_own_fetches(
     for job_id in ids:
         acked = on_other.request("POST", "/ojs/v1/workers/ack", {"job_id": job_id})
         assert acked.status == 200, acked.raw
+
+
+def test_a_waiting_worker_makes_its_node_claim_a_batch_not_one_job(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """One connection may run many jobs at once (the SDK's worker slots): a claim for one
+    waiting worker takes `CLAIM_BATCH` jobs in one statement, not one per round trip."""
+    first, second = start_cluster(nodes, schema)
+    with GearmanSocket(first) as client:  # no worker on the first node: all go to the shared queue
+        for i in range(CLAIM_BATCH + 8):
+            client.submit_bg("batched", f"job {i}")
+    unowned = "SELECT count(*) FROM {schema}.jobs WHERE owner IS NULL"
+    assert schema.rows(unowned) == [(CLAIM_BATCH + 8,)]
+    with sleeping_worker(second, "batched") as worker:
+        handle, _payload = wake_and_grab(worker)
+        assert schema.rows(unowned) == [(8,)]  # one claim took the batch
+        worker.send(Cmd.WORK_COMPLETE, handle, "ok")

@@ -63,6 +63,7 @@ from jobwire.store.sharedkeys import SHARED_NOTE
 if TYPE_CHECKING:
     from jobwire.engine import Engine, WorkerSession
     from jobwire.engine.cron import CronScheduler
+    from jobwire.engine.lanes import FunctionInfo
 
 log = logging.getLogger("jobwire.cluster")
 
@@ -70,6 +71,8 @@ log = logging.getLogger("jobwire.cluster")
 POLL = 5.0
 #: Jobs claimed by one statement at most.
 CLAIM_MAX = 100
+#: Jobs of a function claimed at least, less those queued here, when a worker here waits.
+CLAIM_BATCH = 32
 #: Seconds a fetch by queue that came back short keeps the node claiming for that queue.
 FETCH_INTEREST = 10.0
 #: Seconds a node that stops waits for its messages to other nodes to go out.
@@ -651,8 +654,7 @@ class ClusterNode:
                 for name in functions:
                     fn = self.engine.functions.get(name)
                     if fn is not None:
-                        idle = len(fn.waiters) + len(asked.get(name, ())) - fn.available
-                        await self._claim(CLAIM_BY_FUNCTION, "f" + name, name, idle)
+                        await self._claim(CLAIM_BY_FUNCTION, "f" + name, name, _wanted(fn, asked))
                 now = time.monotonic()
                 for queue in list(self._queues):
                     interest = self._queues.get(queue)  # as of now: a fetch may have claimed
@@ -834,6 +836,20 @@ class ClusterNode:
             if client is not None and claimed is not None:
                 remote = RemoteClient(self._outbox, node_channel(self.store.channel, client))
                 self.engine.subscribe(claimed, remote)
+
+
+def _wanted(fn: FunctionInfo, asked: dict[str, set[str]]) -> int:
+    """How many shared jobs of `fn` to claim: none unless a worker here waits for one; then one
+    per waiting worker and one per job of it running here, less those queued here. One
+    connection may run many jobs at once (the SDK's worker runs `concurrency` of them over
+    one): claiming only per waiting connection took one job per round trip and commit, 458
+    jobs/s end to end on two nodes against 11,050 on one (bench/pg_peers.py). What the node
+    claims beyond what its workers start at once waits here, where another node's ask can
+    still take it."""
+    idle = len(fn.waiters) + len(asked.get(fn.name, ()))
+    if idle <= 0:
+        return 0
+    return max(idle + fn.running, CLAIM_BATCH) - fn.available
 
 
 def _movable(job: Job) -> bool:
