@@ -49,6 +49,18 @@ def wake_and_grab(worker: GearmanSocket) -> tuple[str, bytes]:
     return handle.decode(), payload
 
 
+def push_reports(runner: Runner, queue: str, count: int) -> list[str]:
+    """`count` OJS jobs of type "report" pushed to `queue`: their ids, in push order."""
+    ids = []
+    for n in range(count):
+        pushed = runner.request(
+            "POST", "/ojs/v1/jobs", {"type": "report", "args": [n], "options": {"queue": queue}}
+        )
+        assert pushed.status == 201, pushed.raw
+        ids.append(pushed.body["job"]["id"])
+    return ids
+
+
 def test_a_job_submitted_on_one_node_wakes_a_sleeping_worker_on_another(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:
@@ -95,13 +107,7 @@ def test_a_fetch_claims_no_more_shared_jobs_than_it_misses(
     first, second = start_cluster(nodes, schema, http=True)
     pusher = Runner(f"http://127.0.0.1:{first.http_port}")
     fetcher = Runner(f"http://127.0.0.1:{second.http_port}")
-    ids = []
-    for n in range(3):
-        pushed = pusher.request(
-            "POST", "/ojs/v1/jobs", {"type": "report", "args": [n], "options": {"queue": "q2"}}
-        )
-        assert pushed.status == 201, pushed.raw
-        ids.append(pushed.body["job"]["id"])
+    ids = push_reports(pusher, "q2", 3)
     assert schema.rows("SELECT count(*) FROM {schema}.jobs WHERE owner IS NULL") == [(3,)]
     fetched = fetcher.request("POST", "/ojs/v1/workers/fetch", {"queues": ["q2"], "count": 1})
     assert [job["id"] for job in fetched.body["jobs"]] == ids[:1], fetched.raw  # oldest first
@@ -312,13 +318,7 @@ def test_an_ojs_fetch_gets_the_jobs_another_node_kept_for_its_own_fetches(
     on_other = Runner(f"http://127.0.0.1:{other.http_port}")
     # A fetch on the keeper makes it keep the queue's new jobs for its own fetches.
     assert on_keeper.request("POST", "/ojs/v1/workers/fetch", {"queues": ["kq"]}).status == 200
-    ids = set()
-    for n in range(3):
-        pushed = on_keeper.request(
-            "POST", "/ojs/v1/jobs", {"type": "report", "args": [n], "options": {"queue": "kq"}}
-        )
-        assert pushed.status == 201, pushed.raw
-        ids.add(pushed.body["job"]["id"])
+    ids = set(push_reports(on_keeper, "kq", 3))
     assert schema.rows("SELECT count(*) FROM {schema}.jobs WHERE owner IS NULL") == [(0,)]
     fetched: set[str] = set()
 
