@@ -28,7 +28,7 @@ from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.interop
 
-_UNIQUE = "unique keys are per node (each node coalesces only its own jobs)"
+_UNIQUE = "a unique policy with on_conflict=replace coalesces on the node that took the push only"
 #: Shared state that reaches the other nodes through a notification: a request to the other
 #: node right after a change may still see the state before it. These cases pass when the
 #: notification wins the race (usually), so they are not strict.
@@ -63,11 +63,7 @@ NOT_ON_A_CLUSTER: dict[str, str] = {
     "L4-BULK-001/bulk-enqueue": _STATS,
     "L4-BULK-003/bulk-enqueue-large-batch": _STATS,
     "L4-STATS-001/queue-stats": _STATS,
-    "L4-UNIQ-002/unique-reject-duplicate": _UNIQUE,
     "L4-UNIQ-003/unique-replace-duplicate": _UNIQUE,
-    "L4-UNIQ-004/unique-ignore-duplicate": _UNIQUE,
-    "L4-UNIQ-005/unique-period-expiry": _UNIQUE,
-    "L4-UNIQ-006/unique-by-type-and-args": _UNIQUE,
 }
 
 #: test_id/name -> why it may fail on two nodes (a race it usually wins): not strict.

@@ -142,6 +142,34 @@ def test_an_ojs_unique_push_conflicts_with_the_job_another_node_holds(
     assert schema.rows("SELECT id FROM {schema}.jobs") == [(job_id,)]
 
 
+def test_an_ojs_unique_policy_with_fewer_states_lets_a_push_on_another_node_pass_a_scheduled_holder(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """The cluster's index holds a key while its job lives; the policy of the new push
+    decides whether the holder, in the state it is in, conflicts."""
+    first, second = start_nodes(nodes, schema, 2, http=True)
+
+    def push(node: ServerProcess, states: list[str], **options: Any) -> Any:
+        unique = {"keys": ["type", "args"], "on_conflict": "reject", "states": states}
+        body = {
+            "type": "report",
+            "args": [7],
+            "options": {"queue": "reports", "unique": unique, **options},
+        }
+        return api(node).request("POST", "/ojs/v1/jobs", body)
+
+    later = push(first, ["scheduled", "available"], scheduled_at="+PT1H")
+    assert later.status == 201, later.raw
+    assert later.body["job"]["state"] == "scheduled"
+    refused = push(second, ["scheduled", "available"])  # scheduled is among its states
+    assert refused.status == 409, refused.raw
+    assert refused.body["error"]["details"]["existing_job_id"] == later.body["job"]["id"]
+    passed = push(second, ["available", "active"])  # a scheduled holder does not count
+    assert passed.status == 201, passed.raw
+    assert passed.body["job"]["id"] != later.body["job"]["id"]
+    assert schema.rows("SELECT count(*) FROM {schema}.jobs") == [(2,)]
+
+
 # ---------------------------------------------------------------------- cron
 
 

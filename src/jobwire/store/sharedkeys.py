@@ -4,10 +4,10 @@ Two kinds, kept apart by their first letter:
 
 - `e`: the engine's coalescing key (Gearman's unique id, and the other listeners' that use
   it): the function and the unique id, or for `-` a digest of the payload.
-- `o`: an OJS unique fingerprint, when the job's policy is one the index can keep: a lock
-  that lasts while the job lives (no `period`, every live state). Other policies, and
-  `replace`, coalesce on the node that took the job only (`OJSService.commit` marks the
-  shareable ones).
+- `o`: an OJS unique fingerprint, when the job's policy `reject`s or `ignore`s a conflict
+  (`OJSService.commit` marks the shareable ones; `replace` coalesces on the node that took
+  the job only). The key is held while the job lives; a policy with a `period` or fewer
+  states is checked against the holder once the index names it (`server/ojs/unique.py`).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from jobwire.server.ojs.http import (
     reply,
 )
 from jobwire.server.ojs.render import job_json
+from jobwire.server.ojs.unique import conflicts_with
 
 if TYPE_CHECKING:
     from jobwire.engine.job import Job
@@ -53,7 +54,14 @@ class JobRoutes:
         if created and cluster is not None and job.state is JobState.PENDING and not req.pending:
             holder = await cluster.settled(job)  # held until the cluster settles its key
             if holder is not None:
-                return await self._coalesced(req, holder)
+                existing = await self._holder(holder)
+                policy = req.unique_policy
+                if policy is None or conflicts_with(policy, existing, self.service.engine.clock()):
+                    return await self._coalesced(req, holder, existing)
+                # The holder's state or its lock's period is outside this policy: no conflict.
+                # The job is made after all, its key kept on this node only (the index holds
+                # one job per key while that job lives).
+                job, created = self.service.commit(self.service.prepare(req), share_unique=False)
         if not created:  # unique conflict with on_conflict=ignore: the existing job
             return reply({"job": job_json(job), "duplicate": True})
         headers = {"Location": f"{BASE}/jobs/{job.id}"}
@@ -65,7 +73,15 @@ class JobRoutes:
             await self.service.rate_limit_shared(req.queue)
         return reply({"job": job_json(job)}, 201, headers)
 
-    async def _coalesced(self, req: PushRequest, holder: str) -> web.Response:
+    async def _holder(self, holder: str) -> Job | None:
+        """The job with id `holder`, on this node or another; None if it finished."""
+        existing = self.service.engine.jobs.get(holder)
+        cluster = self.service.runtime.cluster
+        if existing is None and cluster is not None:
+            existing = await cluster.find_job(holder)
+        return existing
+
+    async def _coalesced(self, req: PushRequest, holder: str, existing: Job | None) -> web.Response:
         """A job whose unique key a job on another node holds: the push conflicts with
         that job, as with one on this node (`OJSService.prepare`)."""
         policy = req.unique_policy
@@ -76,10 +92,6 @@ class JobRoutes:
                 f"a job with the same unique key exists: {holder}",
                 details={"existing_job_id": holder, "unique_key": key},
             )
-        cluster = self.service.runtime.cluster
-        existing = self.service.engine.jobs.get(holder)
-        if existing is None and cluster is not None:
-            existing = await cluster.find_job(holder)
         if existing is None:  # it finished meanwhile: its id is all there is to tell
             return reply({"job": {"id": holder}, "duplicate": True})
         return reply({"job": job_json(existing), "duplicate": True})

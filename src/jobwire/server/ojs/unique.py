@@ -9,18 +9,25 @@ from __future__ import annotations
 
 from jobwire.engine.job import Job
 from jobwire.engine.jobindex import JobIndex
-from jobwire.protocols.ojs.unique import DEFAULT_STATES, UniquePolicy
+from jobwire.protocols.ojs.unique import UniquePolicy
 
 
 def shares_unique_key(policy: UniquePolicy) -> bool:
-    """Whether a cluster's unique index can keep this policy's lock: one that lasts as long
-    as the job lives (no period, every live state), and a conflict that rejects or joins (a
-    replace would cancel the other node's job). Others lock on the job's node only."""
-    return (
-        policy.period is None
-        and policy.states >= frozenset(DEFAULT_STATES)
-        and policy.on_conflict in ("reject", "ignore")
-    )
+    """Whether a cluster's unique index keeps this policy's lock: a conflict that rejects or
+    joins (a replace would cancel the other node's job; it locks on the job's node only).
+    The index holds a key as long as its job lives; a policy with a `period` or fewer states
+    conflicts for less, which `conflicts_with` decides once the index names the holder."""
+    return policy.on_conflict in ("reject", "ignore")
+
+
+def conflicts_with(policy: UniquePolicy, holder: Job | None, now: float) -> bool:
+    """Whether a new PUSH with `policy` conflicts with `holder`, the job the cluster's index
+    says holds its key (None: it finished meanwhile): as `UniqueIndex.conflict` decides for a
+    job on this node, by the holder's state and its lock's `period`."""
+    if holder is None or holder.state.name.lower() not in policy.states:
+        return False
+    until = (holder.ext or {}).get("unique_until")
+    return not (isinstance(until, int | float) and now >= until)
 
 
 class UniqueIndex:
