@@ -28,42 +28,15 @@ from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.interop
 
-_UNIQUE = "a unique policy with on_conflict=replace coalesces on the node that took the push only"
 #: Shared state that reaches the other nodes through a notification: a request to the other
 #: node right after a change may still see the state before it. These cases pass when the
 #: notification wins the race (usually), so they are not strict.
 _NOTIFIED = "cron registrations and pauses reach the other node by notification, a moment later"
-_WORKFLOW = "a workflow advances on the node that holds its state, its jobs are elsewhere"
 _EVENTS = "the event log is per node"
-_STATS = "queue statistics count this node's own jobs in detail, the others' only as rows"
-_IDS = "a job id the client chooses is checked against this node's jobs only"
-_DEAD = "the dead letter queue is per node"
-_REQUEUED = "a job whose lease ran out waits on the node that held it (no rebalancing)"
-_EXPIRY = "a job's expiry is armed on the node it was pushed to, not on one that claims it"
 
 #: test_id/name -> why it fails on two nodes. Remove entries as the cluster shares more.
 NOT_ON_A_CLUSTER: dict[str, str] = {
     "L0-EVT-001/event-job-enqueued": _EVENTS,
-    "L0-OPS-017/error-duplicate-job": _IDS,
-    "L1-DLQ-004/dead-letter-delete": _DEAD,
-    "L1-VIS-001/job-requeued-after-timeout": _REQUEUED,
-    "L2-TTL-001/expired-job-discarded": _EXPIRY,
-    "L3-BAT-001/batch-success-callback": _WORKFLOW,
-    "L3-BAT-002/batch-complete-callback": _WORKFLOW,
-    "L3-BAT-003/batch-failure-callback": _WORKFLOW,
-    "L3-BAT-004/batch-no-success-on-failure": _WORKFLOW,
-    "L3-BAT-005/batch-complete-always-fires": _WORKFLOW,
-    "L3-CHN-001/chain-sequential-execution": _WORKFLOW,
-    "L3-CHN-002/chain-passes-results": _WORKFLOW,
-    "L3-CHN-003/chain-stops-on-failure": _WORKFLOW,
-    "L3-CHN-004/chain-single-step": _WORKFLOW,
-    "L3-CHN-005/chain-cancel": _WORKFLOW,
-    "L3-GRP-002/group-all-complete": _WORKFLOW,
-    "L3-GRP-003/group-partial-failure": _WORKFLOW,
-    "L4-BULK-001/bulk-enqueue": _STATS,
-    "L4-BULK-003/bulk-enqueue-large-batch": _STATS,
-    "L4-STATS-001/queue-stats": _STATS,
-    "L4-UNIQ-003/unique-replace-duplicate": _UNIQUE,
 }
 
 #: test_id/name -> why it may fail on two nodes (a race it usually wins): not strict.

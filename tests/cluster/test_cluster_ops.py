@@ -279,3 +279,22 @@ def test_an_operation_on_a_job_held_elsewhere_is_refused_503_while_the_database_
     )
     assert done
     assert "Traceback" not in first_node.log()
+
+
+def test_a_job_id_the_client_chose_is_refused_on_every_node_while_a_job_has_it(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    _, first, second = runners(nodes, schema)
+    chosen = "019539a4-aaaa-7000-8000-111111111111"
+    body = {"type": "t", "args": [1], "id": chosen, "options": {"queue": "chosen"}}
+    made = first.request("POST", "/ojs/v1/jobs", body)
+    assert (made.status, made.body["job"]["id"]) == (201, chosen), made.raw
+    queued = second.request("POST", "/ojs/v1/jobs", body)  # its row in the shared queue
+    assert error_of(queued)[:2] == (409, "duplicate"), queued.raw
+    job = fetch(second, "chosen")
+    acked = second.request("POST", "/ojs/v1/workers/ack", {"job_id": job["id"], "worker_id": "w1"})
+    assert acked.status == 200, acked.raw
+    finished = first.request("POST", "/ojs/v1/jobs", body)  # only the second node knows it now
+    assert error_of(finished)[:2] == (409, "duplicate"), finished.raw
+    fresh = {**body, "id": "019539a4-aaaa-7000-8000-222222222222"}
+    assert second.request("POST", "/ojs/v1/jobs", fresh).status == 201

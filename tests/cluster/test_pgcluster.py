@@ -351,3 +351,48 @@ def test_a_waiting_worker_makes_its_node_claim_a_batch_not_one_job(
         handle, _payload = wake_and_grab(worker)
         assert schema.rows(unowned) == [(8,)]  # one claim took the batch
         worker.send(Cmd.WORK_COMPLETE, handle, "ok")
+
+
+def test_a_job_whose_lease_ran_out_goes_to_the_shared_queue_for_another_node(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    from tests.cluster.test_cluster_ops import fetch, push
+
+    first, second = (
+        Runner(f"http://127.0.0.1:{node.http_port}")
+        for node in start_cluster(nodes, schema, http=True)
+    )
+    job_id = push(first, "abandoned", visibility_timeout_ms=200)
+    assert fetch(second, "abandoned", "gone")["id"] == job_id  # and never acked
+    # The second node fetched from that queue a moment ago, yet the job does not wait
+    # there: its fetcher let it go, so it goes back to the shared queue.
+    owner = "SELECT owner IS NULL, state FROM {schema}.jobs WHERE id = '" + job_id + "'"
+    wait_until(lambda: schema.rows(owner) == [(True, 3)] or None, "the job in the shared queue")
+    for node in (first, second):  # the row carries why it runs again
+        shown = node.request("GET", f"/ojs/v1/jobs/{job_id}").body["job"]
+        assert shown["error"]["code"] == "visibility_timeout", shown
+    again = fetch(first, "abandoned", "next")
+    assert (again["id"], again["attempt"]) == (job_id, 2), again
+
+
+def test_a_job_claimed_after_its_expiry_is_discarded_not_handed_out(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    from tests.cluster.test_cluster_ops import push, state
+
+    first, second = (
+        Runner(f"http://127.0.0.1:{node.http_port}")
+        for node in start_cluster(nodes, schema, http=True)
+    )
+    job_id = push(first, "expiring", expires_at="+PT1S")  # to the shared queue
+    expires = first.request("GET", f"/ojs/v1/jobs/{job_id}").body["job"]["expires_at"]
+    wait_until(
+        lambda: (
+            time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 1)) > expires[:19] or None
+        ),
+        "the job's expiry to pass",
+    )
+    asked = {"queues": ["expiring"], "worker_id": "late"}
+    fetched = second.request("POST", "/ojs/v1/workers/fetch", asked)
+    assert (fetched.status, fetched.body["jobs"]) == (200, []), fetched.raw
+    assert state(first, job_id) == state(second, job_id) == "discarded"

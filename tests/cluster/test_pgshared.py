@@ -170,6 +170,39 @@ def test_an_ojs_unique_policy_with_fewer_states_lets_a_push_on_another_node_pass
     assert schema.rows("SELECT count(*) FROM {schema}.jobs") == [(2,)]
 
 
+def test_an_ojs_replace_on_one_node_cancels_the_holder_on_the_other_and_takes_the_key(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_nodes(nodes, schema, 2, http=True)
+
+    def push(node: ServerProcess, version: int, on_conflict: str = "replace") -> Any:
+        body = {
+            "type": "report",
+            "args": [{"version": version}],
+            "options": {
+                "queue": "reports",
+                "unique": {"keys": ["type"], "on_conflict": on_conflict},
+            },
+        }
+        return api(node).request("POST", "/ojs/v1/jobs", body)
+
+    old = push(first, 1)
+    assert old.status == 201, old.raw
+    new = push(second, 2)
+    assert new.status == 201, new.raw
+    assert new.body["job"]["args"] == [{"version": 2}]
+    old_id, new_id = old.body["job"]["id"], new.body["job"]["id"]
+    assert old_id != new_id
+    for node in (first, second):
+        jobs = api(node)
+        assert jobs.request("GET", f"/ojs/v1/jobs/{old_id}").body["job"]["state"] == "cancelled"
+        assert jobs.request("GET", f"/ojs/v1/jobs/{new_id}").body["job"]["state"] == "available"
+    # The key is the new job's now, in the whole cluster.
+    refused = push(first, 3, "reject")
+    assert refused.status == 409, refused.raw
+    assert refused.body["error"]["details"]["existing_job_id"] == new_id
+
+
 # ---------------------------------------------------------------------- cron
 
 

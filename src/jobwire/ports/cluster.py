@@ -28,6 +28,10 @@ class ClusterView(Protocol):
     async def elsewhere(self) -> Counts:
         """Jobs not held by this node, by function and queue."""
 
+    async def unheld_states(self, queue: str) -> dict[int, int]:
+        """Jobs of `queue` that no live node holds (in the shared queue, or a dead node's not
+        yet requeued), by state (a `JobState` value)."""
+
     # State the nodes share (`jobwire.store.pgshared`).
 
     async def set_paused(self, queue: str, paused: bool) -> None:
@@ -42,6 +46,10 @@ class ClusterView(Protocol):
 
     async def settled(self, job: Job) -> str | None:
         """For a held job: the id of the job on another node that holds its key, or None."""
+
+    def watch_claims(self, hook: Callable[[Job], None]) -> None:
+        """Call `hook` with each job this node takes from the shared queue or from another
+        node, as it enters the engine (before any worker can get it)."""
 
     def attach_cron(self, cron: CronScheduler) -> None:
         """Share the registrations and fire each tick on one node only."""
@@ -104,3 +112,10 @@ class RemoteJobs(Protocol):
         with `adopt`, is taken into this node's engine (answer None: run it here). None also
         when no node knows the job. Raises HolderUnavailable when its holder does not answer
         in time."""
+
+    async def from_every_node(
+        self, operation: str, key: str, arguments: dict[str, Any]
+    ) -> list[HolderAnswer]:
+        """Have every other live node run `operation` on what it holds of `key` (a queue's
+        counts, say): their answers. Raises HolderUnavailable when one does not answer in
+        time."""

@@ -140,6 +140,12 @@ ELSEWHERE_SQL = f"""
 SELECT function, queue, count(*), count(*) FILTER (WHERE state = {int(JobState.ACTIVE)})
 FROM jobs WHERE owner IS DISTINCT FROM %s GROUP BY function, queue
 """
+#: Jobs of a queue no live node holds, by state (queue).
+UNHELD_SQL = """
+SELECT j.state, count(*) FROM jobs j LEFT JOIN nodes n ON n.id = j.owner
+WHERE j.queue = %s AND (j.owner IS NULL OR n.id IS NULL OR n.lease_until < now())
+GROUP BY j.state
+"""
 
 #: A message for a node whose client waits on a foreground job (node channel, payload); one
 #: too large for a notification goes into `relay`, and the notification names its row.
@@ -211,6 +217,9 @@ class ClusterNode:
         self._asked_at: dict[str, float] = {}  # "f" + function or "q" + queue -> monotonic
         self._asks_due: dict[str, int] = {}  # asks waiting for the interval: how many
         self._gives_due: set[str] = set()  # asks for jobs too young to give yet
+        #: Told of each job this node claims from the shared queue (the OJS binding arms
+        #: its expiry, or expires it at once).
+        self._claim_hooks: list[Callable[[Job], None]] = []
         self._beat = Connection(store.dsn)
         self._claims = Connection(store.dsn)
         self._reads = Connection(store.dsn)  # status queries
@@ -416,6 +425,10 @@ class ClusterNode:
         return {
             (function, queue): (int(jobs), int(running)) for function, queue, jobs, running in rows
         }
+
+    async def unheld_states(self, queue: str) -> dict[int, int]:
+        rows = await self._reads.fetch(UNHELD_SQL, (queue,))
+        return {int(state): int(count) for state, count in rows}
 
     def forget_interest(self) -> None:
         self._queues.clear()
@@ -630,9 +643,27 @@ class ClusterNode:
 
     def _observed(self, event: str, job: Job) -> None:
         """A new foreground job goes to the store with this turn's batch, which decides at
-        its end whether to offer it to the other nodes (`_releases`) or to keep it unstored."""
+        its end whether to offer it to the other nodes (`_releases`) or to keep it unstored.
+        A job queued again here (its worker's lease ran out, or it failed and retries at
+        once) goes to the shared queue unless a worker here is free for it: the worker or
+        fetcher this node gave it to let it go, and another node's may be waiting."""
         if event == "job.enqueued" and not job.background and job.subscribers:
             self.store.job_saved(job)
+        elif event == "job.retrying" and job.state is JobState.AVAILABLE and _movable(job):
+            assert self._loop is not None
+            self._loop.call_soon(self._share_requeued, job)  # once the requeue is over
+
+    def _share_requeued(self, job: Job) -> None:
+        fn = self.engine.functions.get(job.function)
+        if fn is not None and len(fn.workers) - fn.running >= fn.available:
+            return  # a worker here takes it
+        if self.peers and self.store.givable(job) and self.engine.release(job):
+            _keep_error(job)  # written with the row, for the node that runs it next
+            self.store.give_away(job)
+            self.given += 1
+
+    def watch_claims(self, hook: Callable[[Job], None]) -> None:
+        self._claim_hooks.append(hook)
 
     # ------------------------------------------------------------------ claims
 
@@ -760,6 +791,7 @@ class ClusterNode:
         given = 0
         for job in chosen:
             if engine.release(job):
+                _keep_error(job)
                 self.store.give_away(job)
                 given += 1
         if given:
@@ -833,7 +865,11 @@ class ClusterNode:
         for stored in fresh:
             client = clients.get(stored.row)
             claimed = self.engine.jobs.get(stored.id)
-            if client is not None and claimed is not None:
+            if claimed is not None:
+                _restore_error(claimed)
+                for hook in self._claim_hooks:
+                    hook(claimed)
+            if client is not None and claimed is not None and not claimed.state.terminal:
                 remote = RemoteClient(self._outbox, node_channel(self.store.channel, client))
                 self.engine.subscribe(claimed, remote)
 
@@ -854,12 +890,10 @@ def _wanted(fn: FunctionInfo, asked: dict[str, set[str]]) -> int:
 
 def _movable(job: Job) -> bool:
     """A queued job another node may run as well as this one: a background job no client
-    waits on here, whose end no state of this node's follows (a workflow's step, whose
-    workflow advances where it was started; a Titanic request, whose reply is kept where
-    it was asked for)."""
-    if not job.background or job.subscribers or job.origin == ORIGIN_TITANIC:
-        return False
-    return job.ext is None or "workflow" not in job.ext
+    waits on here, whose end no state of this node's follows (a Titanic request, whose reply
+    is kept where it was asked for). A workflow's step moves: the node that runs it tells
+    the workflow's node of its end (`jobwire.server.ojs.workflows`)."""
+    return job.background and not job.subscribers and job.origin != ORIGIN_TITANIC
 
 
 def detached_job(row: StoredJob) -> Job:
@@ -881,7 +915,27 @@ def detached_job(row: StoredJob) -> Job:
     job.reducer = row.reducer
     if row.ext is not None:
         job.ext = decode_ext(bytes(row.ext))
+        _restore_error(job)
     return job
+
+
+#: The `ext` key that carries a requeued job's last error to the node that runs it next
+#: (the engine keeps `Job.error` in memory only; OJS shows it as the job's `error`).
+REQUEUED_ERROR = "requeued_error"
+
+
+def _keep_error(job: Job) -> None:
+    error = job.error
+    if error is None or job.ext is None:
+        return
+    if isinstance(error, bytes):
+        error = error.decode("utf-8", "replace")
+    job.ext[REQUEUED_ERROR] = error if isinstance(error, dict) else str(error)
+
+
+def _restore_error(job: Job) -> None:
+    if job.error is None and job.ext is not None and REQUEUED_ERROR in job.ext:
+        job.error = job.ext[REQUEUED_ERROR]
 
 
 def node_channel(channel: str, node: int) -> str:

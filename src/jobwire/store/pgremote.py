@@ -180,16 +180,47 @@ class RemoteJobs:
             self.cluster.load(taken)
         return bool(taken)
 
+    async def from_every_node(
+        self, operation: str, key: str, arguments: dict[str, Any]
+    ) -> list[HolderAnswer]:
+        try:
+            peers = await self._lookups.fetch(PEERS_SQL, (self.node,))
+        except (psycopg.Error, OSError, TimeoutError) as exc:
+            raise HolderUnavailable(f"the database is unreachable: {_reason(exc)}") from None
+        nodes = [int(row[0]) for row in peers]
+        if not nodes:
+            return []
+        ask = await self._asked(nodes, operation, key, arguments, every=True)
+        if ask.waiting:
+            raise HolderUnavailable(
+                f"{ask.waiting} node(s) did not answer within {self.ask_timeout:g}s"
+            )
+        return ask.answers
+
     async def _ask(
         self, nodes: list[int], operation: str, job_id: str, arguments: dict[str, Any]
     ) -> HolderAnswer | None:
         """Ask `nodes` to run the operation; the answer of the one that knows the job, None
         when none does. HolderUnavailable when some did not answer in time and none knew."""
+        ask = await self._asked(nodes, operation, job_id, arguments, every=False)
+        if ask.answers:
+            return ask.answers[0]
+        if ask.waiting:
+            raise HolderUnavailable(
+                f"the node holding job {job_id} did not answer within {self.ask_timeout:g}s"
+            )
+        return None
+
+    async def _asked(
+        self, nodes: list[int], operation: str, key: str, arguments: dict[str, Any], every: bool
+    ) -> _Ask:
+        """Send the operation to `nodes` and wait (up to `ask_timeout`) for the first answer,
+        or with `every` for all of them."""
         self._last_ask += 1
         number = self._last_ask
-        ask = self._asks[number] = _Ask(len(nodes))
+        ask = self._asks[number] = _Ask(len(nodes), every)
         self.asked += 1
-        message = {"op": operation, "a": number, "n": self.node, "j": job_id, "x": arguments}
+        message = {"op": operation, "a": number, "n": self.node, "j": key, "x": arguments}
         payload = json.dumps(message, separators=(",", ":"))
         try:
             for node in nodes:
@@ -199,13 +230,7 @@ class RemoteJobs:
                     await ask.done.wait()
         finally:
             del self._asks[number]
-        if ask.answer is not None:
-            return ask.answer
-        if ask.waiting:
-            raise HolderUnavailable(
-                f"the node holding job {job_id} did not answer within {self.ask_timeout:g}s"
-            )
-        return None
+        return ask
 
     async def _send(self, node: int, payload: str) -> None:
         channel = node_channel(self.cluster.store.channel, node)
@@ -252,18 +277,22 @@ class RemoteJobs:
 
 
 class _Ask:
-    """An operation sent to some nodes, waiting for the one that knows the job."""
+    """An operation sent to some nodes, waiting for the one that knows the job (or, with
+    `every`, for each node's answer)."""
 
-    def __init__(self, nodes: int) -> None:
+    def __init__(self, nodes: int, every: bool) -> None:
         self.waiting = nodes
-        self.answer: HolderAnswer | None = None
+        self.every = every
+        self.answers: list[HolderAnswer] = []
         self.done = asyncio.Event()
 
     def heard(self, reply: dict[str, Any] | None) -> None:
         self.waiting -= 1
-        if reply is not None and self.answer is None:
-            self.answer = HolderAnswer(int(reply["s"]), reply["b"].encode(), dict(reply["h"]))
-        if self.answer is not None or self.waiting <= 0:
+        if reply is not None and (self.every or not self.answers):
+            self.answers.append(
+                HolderAnswer(int(reply["s"]), reply["b"].encode(), dict(reply["h"]))
+            )
+        if (self.answers and not self.every) or self.waiting <= 0:
             self.done.set()
 
 

@@ -736,7 +736,7 @@ class Dashboard:
         flow = self.service.workflows.get(request.match_info["id"])
         if flow is None:
             raise web.HTTPNotFound(reason="no such workflow")
-        self.service.workflows.cancel(flow)
+        await self.service.workflows.cancel_anywhere(flow.id, None)
         return self.back(request, form, PREFIX + "/workflows")
 
 

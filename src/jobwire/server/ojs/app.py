@@ -187,6 +187,7 @@ class OJSService:
         if self.runtime.cluster is not None:  # one registry, each tick fired once
             self.runtime.cluster.attach_cron(self.cron)
             self.runtime.cluster.attach_rate_limits(self.rate_limits.set)
+            self.runtime.cluster.watch_claims(self._claimed)
         if restored:
             log.info("restored %d cron registrations", restored)
         restored = self.dead_letter.load()
@@ -316,6 +317,8 @@ class OJSService:
                     raise OJSError(
                         "backend_error", "the store could not commit", status=503, retryable=True
                     ) from None
+                if self.workflows.reporting:  # a step's end, told to its workflow's node
+                    await self.workflows.reported()
         except Exception as exc:
             response = failure_reply(request, exc, request_id)
         return finish_reply(response, request_id)
@@ -551,6 +554,18 @@ class OJSService:
         self, req: PushRequest, extra_ext: dict[str, Any] | None = None, origin: int = ORIGIN_OJS
     ) -> tuple[Job, bool]:
         return self.commit(self.prepare(req), extra_ext, origin)
+
+    def _claimed(self, job: Job) -> None:
+        """A job another node wrote, now this node's: its expiry holds here. One past its
+        expiry is discarded at once, before a fetch can hand it out."""
+        ext = job.ext
+        if ext is None or not ext.get("ojs") or ext.get("expires_at") is None:
+            return
+        if float(ext["expires_at"]) <= self.engine.clock():
+            if job.state is not JobState.ACTIVE and not job.state.terminal:
+                self.engine.expire(job, "expired")
+        else:
+            self.arm_expiry(job)
 
     def arm_expiry(self, job: Job) -> None:
         assert job.ext is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -28,6 +29,11 @@ if TYPE_CHECKING:
     from jobwire.server.ojs.app import OJSService
 
 
+#: Times a push with `on_conflict: replace` cancels a holder on another node and tries again
+#: (another push may take the freed key first).
+REPLACE_TRIES = 3
+
+
 def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
     routes = JobRoutes(service)
     router.add_post(BASE + "/jobs", routes.push)
@@ -49,19 +55,34 @@ class JobRoutes:
         req = parse_plain_push(raw) if plain_json(raw) else None
         if req is None:
             req = parse_push(decode_json(raw))
+        if req.id is not None and self.service.runtime.remote is not None:
+            await self._check_id_elsewhere(req.id)
         job, created = self.service.submit(req)
         cluster = self.service.runtime.cluster
-        if created and cluster is not None and job.state is JobState.PENDING and not req.pending:
+        replaced = 0
+        while created and cluster is not None and job.state is JobState.PENDING:
+            if req.pending:
+                break
             holder = await cluster.settled(job)  # held until the cluster settles its key
-            if holder is not None:
-                existing = await self._holder(holder)
-                policy = req.unique_policy
-                if policy is None or conflicts_with(policy, existing, self.service.engine.clock()):
-                    return await self._coalesced(req, holder, existing)
+            if holder is None:
+                break
+            existing = await self._holder(holder)
+            policy = req.unique_policy
+            if policy is not None and not conflicts_with(
+                policy, existing, self.service.engine.clock()
+            ):
                 # The holder's state or its lock's period is outside this policy: no conflict.
                 # The job is made after all, its key kept on this node only (the index holds
                 # one job per key while that job lives).
                 job, created = self.service.commit(self.service.prepare(req), share_unique=False)
+                break
+            if policy is None or policy.on_conflict != "replace" or replaced >= REPLACE_TRIES:
+                return await self._coalesced(req, holder, existing)
+            # Replace: the holder is cancelled on its node, which frees the key once
+            # committed; then the push takes it as a new one.
+            await self._cancel_holder(holder)
+            replaced += 1
+            job, created = self.service.submit(req)
         if not created:  # unique conflict with on_conflict=ignore: the existing job
             return reply({"job": job_json(job), "duplicate": True})
         headers = {"Location": f"{BASE}/jobs/{job.id}"}
@@ -72,6 +93,25 @@ class JobRoutes:
         if req.rate_limit is not None:  # a new limit holds on every node once answered
             await self.service.rate_limit_shared(req.queue)
         return reply({"job": job_json(job)}, 201, headers)
+
+    async def _check_id_elsewhere(self, job_id: str) -> None:
+        """A job id the client chose must be new in the whole cluster, not only here (the
+        node that knows a job with it answers; a push on two nodes at once may still both
+        pass: the ids are not a unique index, see docs/scaling.md)."""
+        if job_id in self.service.engine.jobs:
+            return  # refused by `prepare`, as on one node
+        try:
+            found = await self.service.operations.run_by_id("get", job_id, None, None)
+        except OJSError as exc:
+            if exc.status == 404:
+                return
+            raise
+        if found.status == 200:
+            raise OJSError("duplicate", f"a job with id {job_id} already exists")
+
+    async def _cancel_holder(self, holder: str) -> None:
+        with contextlib.suppress(OJSError):  # it ended meanwhile: its key is free as well
+            await self.service.operations.run_by_id("cancel", holder, None, None)
 
     async def _holder(self, holder: str) -> Job | None:
         """The job with id `holder`, on this node or another; None if it finished."""

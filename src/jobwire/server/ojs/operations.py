@@ -3,7 +3,9 @@
 The job routes (ack, nack, cancel, activate, progress, heartbeat, reads) parse and check
 their request, then call `JobOperations.run` with the operation's name, the job's id and
 what the operation needs of the request (JSON). A job this node's engine knows, or any job
-without a cluster (memory and SQLite stores): the operation runs here at once. Otherwise the
+without a cluster (memory and SQLite stores): the operation runs here at once. Workflows'
+operations (`workflows.py`) go the same way, by the workflow's id: the node that made a
+workflow keeps it and runs them. Otherwise the
 runtime's `RemoteJobs` port has the node holding the job run it (`serve` runs it here for
 the others), and its reply is this node's: the same status, body and headers. A job no live
 node holds is answered from its row (a cancel or an activation takes it into this engine
@@ -12,7 +14,8 @@ first, and runs here).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -28,13 +31,16 @@ from jobwire.server.ojs.render import job_json
 if TYPE_CHECKING:
     from jobwire.server.ojs.app import OJSService
 
-#: An operation: (job id, its arguments) -> the reply; raises OJSError to refuse.
-Operation = Callable[[str, Any], web.Response]
+#: An operation: (job id, its arguments) -> the reply (or a coroutine of it, for one that
+#: must wait on other nodes); raises OJSError to refuse.
+Operation = Callable[[str, Any], web.Response | Awaitable[web.Response]]
+#: Whether this node holds the thing an operation names (by default: a job, `knows`).
+Holds = Callable[[str], bool]
 
 #: Operations that change the job: on a job in the shared queue, this node takes it first.
 _TAKING = frozenset({"cancel", "activate"})
 #: Operations that change nothing: their replies do not wait for a commit.
-_READS = frozenset({"get", "progress.get"})
+_READS = frozenset({"get", "progress.get", "workflow.get", "queue.counts", "dead_letter.list"})
 #: Operations a job must be running for: refused for a job no live node holds.
 _WHILE_RUNNING = frozenset({"ack", "nack", "progress"})
 #: Headers of a reply that its transport sets, not the operation.
@@ -47,12 +53,20 @@ class JobOperations:
     def __init__(self, service: OJSService) -> None:
         self.service = service
         self.table: dict[str, Operation] = {}
+        self._holds: dict[str, Holds] = {}
         remote = service.runtime.remote
         if remote is not None:
             remote.serve(self._for_another_node)
 
-    def add(self, name: str, operation: Operation) -> None:
+    def add(self, name: str, operation: Operation, holds: Holds | None = None) -> None:
+        """`holds`: for an operation on something other than a job (a workflow)."""
         self.table[name] = operation
+        if holds is not None:
+            self._holds[name] = holds
+
+    def _held_here(self, name: str, key: str) -> bool:
+        holds = self._holds.get(name)
+        return holds(key) if holds is not None else self.knows(key)
 
     def knows(self, job_id: str) -> bool:
         """This node holds the job (or keeps it among its dead letters)."""
@@ -62,11 +76,17 @@ class JobOperations:
     async def run(
         self, request: web.Request, name: str, job_id: str, arguments: Any
     ) -> web.Response:
+        return await self.run_by_id(name, job_id, arguments, request.get(REQUEST_ID))
+
+    async def run_by_id(
+        self, name: str, job_id: str, arguments: Any, request_id: str | None
+    ) -> web.Response:
+        """`run` for a caller without a request of its own (a workflow cancelling its jobs)."""
         operation = self.table[name]
         remote = self.service.runtime.remote
-        if remote is None or self.knows(job_id):
-            return operation(job_id, arguments)
-        asked = {"arguments": arguments, "request_id": request.get(REQUEST_ID)}
+        if remote is None or self._held_here(name, job_id):
+            return await _answer(operation(job_id, arguments))
+        asked = {"arguments": arguments, "request_id": request_id}
         try:
             where = await remote.at_holder(name, job_id, asked, adopt=name in _TAKING)
         except HolderUnavailable as exc:
@@ -74,7 +94,7 @@ class JobOperations:
                 "backend_error", str(exc), status=503, retryable=True, headers={"Retry-After": "1"}
             ) from None
         if where is None:  # known nowhere else (404 here), or taken into this engine now
-            return operation(job_id, arguments)
+            return await _answer(operation(job_id, arguments))
         if isinstance(where, HolderAnswer):
             return web.Response(
                 body=where.body,
@@ -82,9 +102,9 @@ class JobOperations:
                 content_type=CONTENT_TYPE,
                 headers=where.headers,
             )
-        return self._unheld(name, where, job_id, arguments)
+        return await self._unheld(name, where, job_id, arguments)
 
-    def _unheld(self, name: str, job: Job, job_id: str, arguments: Any) -> web.Response:
+    async def _unheld(self, name: str, job: Job, job_id: str, arguments: Any) -> web.Response:
         """A job that no live node holds (waiting in the shared queue, or its node died and
         it waits to run again), answered from its row."""
         if name == "get":
@@ -102,7 +122,8 @@ class JobOperations:
             else:
                 why = f"job {job.id} is {state}, not active"
             raise OJSError("conflict", why, status=409)
-        return self.table[name](job_id, arguments)  # a heartbeat: as for a job not held here
+        # A heartbeat: as for a job not held here.
+        return await _answer(self.table[name](job_id, arguments))
 
     async def _for_another_node(
         self, name: str, job_id: str, asked: dict[str, Any]
@@ -111,11 +132,11 @@ class JobOperations:
         had been asked here: its reply, once what it changed is durable. None: this node
         does not know the job (it moved on, or the asking node asked every node)."""
         operation = self.table.get(name)
-        if operation is None or not self.knows(job_id):
+        if operation is None or not self._held_here(name, job_id):
             return None
         request_id = asked.get("request_id") or f"req_{uuid7()}"
         try:
-            response = operation(job_id, asked.get("arguments"))
+            response = await _answer(operation(job_id, asked.get("arguments")))
             if name not in _READS:
                 try:
                     await self.service.runtime.durable()
@@ -123,6 +144,7 @@ class JobOperations:
                     raise OJSError(
                         "backend_error", "the store could not commit", status=503, retryable=True
                     ) from None
+                await self.service.workflows.reported()
         except Exception as exc:
             response = error_reply(exc, request_id, f"{name} of job {job_id} for another node")
         headers = {
@@ -133,6 +155,15 @@ class JobOperations:
         body = response.body
         assert isinstance(body, bytes)
         return HolderAnswer(response.status, body, headers)
+
+
+def every_node(_key: str) -> bool:
+    """`Holds` of an operation every node answers for its own part of (a queue's counts)."""
+    return True
+
+
+async def _answer(reply: web.Response | Awaitable[web.Response]) -> web.Response:
+    return await reply if inspect.isawaitable(reply) else reply
 
 
 _NO_PROGRESS: dict[str, Any] = {"progress": 0.0, "message": None, "updated_at": None}

@@ -7,16 +7,19 @@ function, are not held back by it.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from jobwire.engine.engine import QueueInfo
-from jobwire.ports.cluster import ClusterView
+from jobwire.engine.job import JobState
+from jobwire.ports.cluster import ClusterView, HolderUnavailable
 from jobwire.protocols.ojs.envelope import check_queue
 from jobwire.protocols.ojs.errors import OJSError
 from jobwire.server.ojs.http import BASE, reply
+from jobwire.server.ojs.operations import every_node
 from jobwire.server.pauses import set_queue_paused
 
 if TYPE_CHECKING:
@@ -47,6 +50,8 @@ class QueueRoutes:
     def __init__(self, service: OJSService) -> None:
         self.service = service
         self.engine = service.engine
+        # On a cluster, each node counts what it holds of a queue for the others.
+        service.operations.add("queue.counts", self._counts_for_another_node, every_node)
 
     def _queue(self, request: web.Request) -> QueueInfo:
         return self.engine.queue(check_queue(request.match_info["name"]))
@@ -77,25 +82,65 @@ class QueueRoutes:
             queue["available"] += jobs - running
 
     async def stats(self, request: web.Request) -> web.Response:
-        """Jobs of the queue by state; finished ones while they are retained.
+        """Jobs of the queue by state; finished ones while they are retained. On a cluster,
+        the other nodes count what they hold (finished jobs are known to the node that ran
+        them), and the rows no live node holds are counted from the store.
 
         Counting walks the jobs the engine knows: an operator's query, not a hot path.
         """
         info = self._queue(request)
-        counts: Counter[str] = Counter()
-        for job in self.engine.jobs.values():
-            if job.queue == info.name:
-                counts[job.state.name.lower()] += 1
+        counts = self._counts_here(info.name)
+        available = info.available
+        dead = len(self.service.dead_letter.jobs(info.name))
+        remote, cluster = self.service.runtime.remote, self.service.runtime.cluster
+        if remote is not None and cluster is not None:
+            try:
+                answers = await remote.from_every_node("queue.counts", info.name, {})
+            except HolderUnavailable as exc:
+                raise OJSError(
+                    "backend_error",
+                    str(exc),
+                    status=503,
+                    retryable=True,
+                    headers={"Retry-After": "1"},
+                ) from None
+            for answer in answers:
+                theirs = json.loads(answer.body)
+                counts.update(theirs["counts"])
+                available += theirs["available"]
+                dead += theirs["dead_letter"]
+            for state, count in (await cluster.unheld_states(info.name)).items():
+                counts[JobState(state).name.lower()] += count
+                if state == JobState.AVAILABLE:
+                    available += count
         out = self._summary(info)
         out.update({state: counts[state] for state in STATES})
-        out["available"] = info.available
-        out["dead_letter"] = len(self.service.dead_letter.jobs(info.name))
+        out["available"] = available
+        out["dead_letter"] = dead
         out["queue"] = info.name
         out["depth"] = self.service.depth(info.name)  # backpressure extension
         bound = self.service.backpressure.get(info.name)
         out["max_depth"] = bound.max_depth if bound is not None else None
         out["total"] = sum(counts.values())
         return reply({"queue": out, "stats": out})
+
+    def _counts_here(self, queue: str) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        for job in self.engine.jobs.values():
+            if job.queue == queue:
+                counts[job.state.name.lower()] += 1
+        return counts
+
+    def _counts_for_another_node(self, queue: str, _arguments: Any) -> web.Response:
+        """The operation `queue.counts`: what this node holds of `queue`."""
+        info = self.engine.queues.get(queue)
+        return reply(
+            {
+                "counts": self._counts_here(queue),
+                "available": info.available if info is not None else 0,
+                "dead_letter": len(self.service.dead_letter.jobs(queue)),
+            }
+        )
 
     async def rate_limit(self, request: web.Request) -> web.Response:
         """A rate-limit partition (rate-limiting extension): its limits and what it holds."""

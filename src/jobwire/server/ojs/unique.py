@@ -13,11 +13,11 @@ from jobwire.protocols.ojs.unique import UniquePolicy
 
 
 def shares_unique_key(policy: UniquePolicy) -> bool:
-    """Whether a cluster's unique index keeps this policy's lock: a conflict that rejects or
-    joins (a replace would cancel the other node's job; it locks on the job's node only).
-    The index holds a key as long as its job lives; a policy with a `period` or fewer states
-    conflicts for less, which `conflicts_with` decides once the index names the holder."""
-    return policy.on_conflict in ("reject", "ignore")
+    """Whether a cluster's unique index keeps this policy's lock: every policy (a replace
+    cancels the holder on its node, then takes the key). The index holds a key as long as
+    its job lives; a policy with a `period` or fewer states conflicts for less, which
+    `conflicts_with` decides once the index names the holder."""
+    return policy.on_conflict in ("reject", "ignore", "replace")
 
 
 def conflicts_with(policy: UniquePolicy, holder: Job | None, now: float) -> bool:

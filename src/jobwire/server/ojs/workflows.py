@@ -17,10 +17,18 @@ together with the ACK that finished the previous one:
 Records are written to the store's key-value API (when it has one) on every change, so
 workflows survive a restart with the durable store; finished ones are dropped after the
 engine's finished-job retention.
+
+On a cluster (PostgreSQL store) the node that made a workflow keeps it and moves it on; its
+jobs may run anywhere. A node where a workflow's job finishes without the workflow tells the
+workflow's node once the end is durable (the operation `workflow.step`, through
+`JobOperations`), and the reply that finished the job (an ack) waits for that node to have
+moved the workflow on. Reads and cancels sent to another node go to the workflow's node the
+same way; a cancel there cancels the workflow's jobs wherever they are.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -29,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from jobwire.engine.errors import IllegalTransition
+from jobwire.engine.errors import IllegalTransition, StoreUnavailable
 from jobwire.engine.job import ORIGIN_WORKFLOW, Job, JobState
 from jobwire.ports import KeyValueStore
 from jobwire.protocols.ojs.envelope import parse_push
@@ -49,6 +57,10 @@ NAMESPACE = "workflow"
 RUNNING, COMPLETED, FAILED, CANCELLED = "running", "completed", "failed", "cancelled"
 #: Seconds a finished workflow stays visible when the engine retains nothing.
 DEFAULT_RETENTION = 3600.0
+#: Tries at telling a workflow's node of a step's end, while that node does not answer.
+REPORT_TRIES = 3
+#: Seconds a reply waits at most for its steps' ends to reach their workflows' nodes.
+REPORT_WAIT = 15.0
 
 
 @dataclass(slots=True)
@@ -103,6 +115,8 @@ class Workflows:
         self.engine = service.engine
         self.kv = kv
         self._flows: dict[str, Workflow] = {}
+        #: Steps' ends being told to the nodes of their workflows (a cluster only).
+        self._reports: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
         return len(self._flows)
@@ -162,16 +176,22 @@ class Workflows:
         self._save(flow)
         return flow
 
-    def cancel(self, flow: Workflow) -> None:
+    def cancel(self, flow: Workflow) -> list[str]:
+        """Cancel a running workflow and its unfinished jobs here: the ids of its jobs this
+        engine does not hold (another node's, on a cluster), whose ends it has not heard of."""
         if flow.state != RUNNING:
-            return
+            return []
         self._finish(flow, CANCELLED)
-        for job_id in flow.job_ids:
+        elsewhere = []
+        for index, job_id in enumerate(flow.job_ids):
             job = self.engine.jobs.get(job_id) if job_id else None
             if job is not None and not job.state.terminal:
                 with contextlib.suppress(IllegalTransition):
                     self.engine.cancel(job)
+            elif job is None and job_id and flow.outcomes[index] is None:
+                elsewhere.append(job_id)
         self._save(flow)
+        return elsewhere
 
     def observe(self, event: str, job: Job) -> None:
         """`Engine.finish_observers` hook: a workflow's job finished; move the workflow on."""
@@ -180,19 +200,29 @@ class Workflows:
         link = job.ext.get("workflow")
         if not isinstance(link, dict) or "step" not in link:
             return
-        flow = self._flows.get(link.get("id", ""))
-        if flow is None or flow.state != RUNNING:
+        flow_id, index = str(link.get("id", "")), link["step"]
+        result = result_of(job) if job.state is JobState.COMPLETED else None
+        flow = self._flows.get(flow_id)
+        if flow is None:
+            if self.service.runtime.remote is not None:  # kept by the node that made it
+                outcome = {"step": index, "job_id": job.id, "state": job.state.value}
+                self._report(flow_id, {**outcome, "result": result})
             return
-        index = link["step"]
-        if not 0 <= index < len(flow.steps) or flow.job_ids[index] != job.id:
+        self._step_ended(flow, index, job.id, job.state, result)
+
+    def _step_ended(
+        self, flow: Workflow, index: int, job_id: str, state: JobState, result: Any
+    ) -> None:
+        if flow.state != RUNNING:
             return
-        outcome = job.state.name.lower()
-        flow.outcomes[index] = outcome
-        if job.state is JobState.COMPLETED:
-            flow.results[index] = result_of(job)
+        if not 0 <= index < len(flow.steps) or flow.job_ids[index] != job_id:
+            return
+        flow.outcomes[index] = state.name.lower()
+        if state is JobState.COMPLETED:
+            flow.results[index] = result
         try:
             if flow.type == "chain":
-                self._advance_chain(flow, index, job)
+                self._advance_chain(flow, index, state)
             else:
                 self._advance_group(flow)
         except OJSError as exc:  # a later step could not be created (e.g. unique reject)
@@ -200,10 +230,80 @@ class Workflows:
             self._finish(flow, FAILED)
         self._save(flow)
 
-    def _advance_chain(self, flow: Workflow, index: int, job: Job) -> None:
-        if job.state is JobState.CANCELLED:
+    # ------------------------------------------------------------------ on a cluster
+
+    def _report(self, flow_id: str, outcome: dict[str, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(self._tell(flow_id, outcome))
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
+
+    async def _tell(self, flow_id: str, outcome: dict[str, Any]) -> None:
+        """Tell the workflow's node of its step's end, once that end is durable here."""
+        try:
+            await self.service.runtime.durable()
+        except StoreUnavailable:
+            return  # the end was not committed: the job runs again, and ends again
+        operations = self.service.operations
+        for attempt in range(REPORT_TRIES):
+            try:
+                answer = await operations.run_by_id("workflow.step", flow_id, outcome, None)
+                status = answer.status
+            except OJSError as exc:  # refused here: no live node keeps the workflow, or its
+                status = exc.status  # node did not answer in time (503)
+            if status != 503:
+                break
+            await asyncio.sleep(attempt + 1)
+        if status >= 400:
+            log.warning(
+                "workflow %s: the end of its step %s reached no node keeping it (%d)",
+                flow_id,
+                outcome["step"],
+                status,
+            )
+
+    @property
+    def reporting(self) -> bool:
+        return bool(self._reports)
+
+    async def reported(self) -> None:
+        """Wait until the steps' ends told so far reached their workflows' nodes."""
+        if self._reports:
+            await asyncio.wait(list(self._reports), timeout=REPORT_WAIT)
+
+    def step_ended_elsewhere(self, flow_id: str, outcome: Any) -> web.Response:
+        """The operation `workflow.step`: another node ran one of this node's workflows'
+        jobs to its end."""
+        flow = self.lookup(flow_id)
+        try:
+            index, job_id = int(outcome["step"]), str(outcome["job_id"])
+            state = JobState(int(outcome["state"]))
+        except (KeyError, TypeError, ValueError):
+            raise OJSError("invalid_request", "a step's end needs step, job_id and state") from None
+        if not state.terminal:
+            raise OJSError("invalid_request", f"job {job_id} has not ended")
+        self._step_ended(flow, index, job_id, state, outcome.get("result"))
+        return reply({"workflow": flow.to_json()})
+
+    def lookup(self, workflow_id: str) -> Workflow:
+        flow = self._flows.get(workflow_id)
+        if flow is None:
+            raise OJSError("not_found", f"workflow {workflow_id} not found")
+        return flow
+
+    async def cancel_anywhere(self, workflow_id: str, _arguments: Any) -> web.Response:
+        """The operation `workflow.cancel`: the workflow ends, and so do its jobs, on this
+        node or wherever they are."""
+        flow = self.lookup(workflow_id)
+        elsewhere = self.cancel(flow)
+        for job_id in elsewhere:
+            with contextlib.suppress(OJSError):  # it ended meanwhile (409), or is gone (404)
+                await self.service.operations.run_by_id("cancel", job_id, None, None)
+        return reply({"workflow": flow.to_json()})
+
+    def _advance_chain(self, flow: Workflow, index: int, state: JobState) -> None:
+        if state is JobState.CANCELLED:
             self._finish(flow, CANCELLED)
-        elif job.state is not JobState.COMPLETED:
+        elif state is not JobState.COMPLETED:
             self._finish(flow, FAILED)
         elif index + 1 < len(flow.steps):
             self._start_step(flow, index + 1, [flow.results[index]])
@@ -279,13 +379,17 @@ class Workflows:
 
 def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
     flows = service.workflows
+    operations = service.operations
 
-    def lookup(request: web.Request) -> Workflow:
-        workflow_id = request.match_info["id"]
-        flow = flows.get(workflow_id)
-        if flow is None:
-            raise OJSError("not_found", f"workflow {workflow_id} not found")
-        return flow
+    def holds(workflow_id: str) -> bool:
+        return flows.get(workflow_id) is not None
+
+    def get_here(workflow_id: str, _arguments: Any) -> web.Response:
+        return reply({"workflow": flows.lookup(workflow_id).to_json()})
+
+    operations.add("workflow.get", get_here, holds)
+    operations.add("workflow.cancel", flows.cancel_anywhere, holds)
+    operations.add("workflow.step", flows.step_ended_elsewhere, holds)
 
     async def create(request: web.Request) -> web.Response:
         req = parse_workflow(await read_json(request))
@@ -293,12 +397,10 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
         return reply({"workflow": flow.to_json()}, 201, {"Location": f"{BASE}/workflows/{flow.id}"})
 
     async def get(request: web.Request) -> web.Response:
-        return reply({"workflow": lookup(request).to_json()})
+        return await operations.run(request, "workflow.get", request.match_info["id"], None)
 
     async def cancel(request: web.Request) -> web.Response:
-        flow = lookup(request)
-        flows.cancel(flow)
-        return reply({"workflow": flow.to_json()})
+        return await operations.run(request, "workflow.cancel", request.match_info["id"], None)
 
     router.add_post(BASE + "/workflows", create)
     router.add_get(BASE + "/workflows/{id}", get)
