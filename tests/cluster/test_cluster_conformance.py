@@ -32,12 +32,9 @@ pytestmark = pytest.mark.interop
 #: node right after a change may still see the state before it. These cases pass when the
 #: notification wins the race (usually), so they are not strict.
 _NOTIFIED = "cron registrations and pauses reach the other node by notification, a moment later"
-_EVENTS = "the event log is per node"
 
 #: test_id/name -> why it fails on two nodes. Remove entries as the cluster shares more.
-NOT_ON_A_CLUSTER: dict[str, str] = {
-    "L0-EVT-001/event-job-enqueued": _EVENTS,
-}
+NOT_ON_A_CLUSTER: dict[str, str] = {}
 
 #: test_id/name -> why it may fail on two nodes (a race it usually wins): not strict.
 MAY_RACE_ON_A_CLUSTER: dict[str, str] = {

@@ -101,6 +101,8 @@ class RemoteJobs(Protocol):
     The listeners call `at_holder` only for a job their engine does not know; None on the
     runtime (memory and SQLite stores, a node alone in no cluster): every job is local."""
 
+    node: int  # this node's id in the cluster
+
     def serve(self, executor: Executor) -> None:
         """Run the operations other nodes ask of this node's jobs with `executor`."""
 

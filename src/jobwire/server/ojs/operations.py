@@ -40,7 +40,9 @@ Holds = Callable[[str], bool]
 #: Operations that change the job: on a job in the shared queue, this node takes it first.
 _TAKING = frozenset({"cancel", "activate"})
 #: Operations that change nothing: their replies do not wait for a commit.
-_READS = frozenset({"get", "progress.get", "workflow.get", "queue.counts", "dead_letter.list"})
+_READS = frozenset(
+    {"get", "progress.get", "workflow.get", "queue.counts", "dead_letter.list", "events.query"}
+)
 #: Operations a job must be running for: refused for a job no live node holds.
 _WHILE_RUNNING = frozenset({"ack", "nack", "progress"})
 #: Headers of a reply that its transport sets, not the operation.
