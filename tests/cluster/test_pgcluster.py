@@ -356,12 +356,9 @@ def test_a_waiting_worker_makes_its_node_claim_a_batch_not_one_job(
 def test_a_job_whose_lease_ran_out_goes_to_the_shared_queue_for_another_node(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:
-    from tests.cluster.test_cluster_ops import fetch, push
+    from tests.cluster.test_cluster_ops import fetch, push, runners
 
-    first, second = (
-        Runner(f"http://127.0.0.1:{node.http_port}")
-        for node in start_cluster(nodes, schema, http=True)
-    )
+    _, first, second = runners(nodes, schema)
     job_id = push(first, "abandoned", visibility_timeout_ms=200)
     assert fetch(second, "abandoned", "gone")["id"] == job_id  # and never acked
     # The second node fetched from that queue a moment ago, yet the job does not wait
@@ -378,12 +375,9 @@ def test_a_job_whose_lease_ran_out_goes_to_the_shared_queue_for_another_node(
 def test_a_job_claimed_after_its_expiry_is_discarded_not_handed_out(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:
-    from tests.cluster.test_cluster_ops import push, state
+    from tests.cluster.test_cluster_ops import push, runners, state
 
-    first, second = (
-        Runner(f"http://127.0.0.1:{node.http_port}")
-        for node in start_cluster(nodes, schema, http=True)
-    )
+    _, first, second = runners(nodes, schema)
     job_id = push(first, "expiring", expires_at="+PT1S")  # to the shared queue
     expires = first.request("GET", f"/ojs/v1/jobs/{job_id}").body["job"]["expires_at"]
     wait_until(

@@ -6,13 +6,11 @@ the node that keeps the entry (`JobOperations`)."""
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from jobwire.engine.errors import IllegalTransition, UnknownJob
-from jobwire.ports.cluster import HolderUnavailable
 from jobwire.protocols.ojs.envelope import check_queue
 from jobwire.protocols.ojs.errors import OJSError
 from jobwire.server.ojs.app import illegal
@@ -50,22 +48,12 @@ class DeadLetterRoutes:
         total = len(here)
         if self.service.runtime.remote is not None:
             asked = {"first": offset + limit}
-            try:
-                answers = await self.service.runtime.remote.from_every_node(
-                    "dead_letter.list", queue or "", {"arguments": asked}
-                )
-            except HolderUnavailable as exc:
-                raise OJSError(
-                    "backend_error",
-                    str(exc),
-                    status=503,
-                    retryable=True,
-                    headers={"Retry-After": "1"},
-                ) from None
-            for answer in answers:
-                theirs = json.loads(answer.body)
-                jobs.extend(theirs["jobs"])
-                total += theirs["total"]
+            theirs = await self.service.operations.from_every_node(
+                "dead_letter.list", queue or "", asked
+            )
+            for part in theirs:
+                jobs.extend(part["jobs"])
+                total += part["total"]
             jobs = _oldest_first(jobs)
         page = jobs[offset : offset + limit]
         return reply({"jobs": page, "count": len(page), "total": total})

@@ -15,15 +15,12 @@ is not seen).
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from jobwire.engine.events import Event
-from jobwire.ports.cluster import HolderUnavailable
 from jobwire.protocols.ojs.envelope import SPEC_VERSION
-from jobwire.protocols.ojs.errors import OJSError
 from jobwire.protocols.ojs.times import format_time
 from jobwire.server.ojs.http import BASE, query_int, query_list, reply
 from jobwire.server.ojs.operations import every_node
@@ -80,14 +77,8 @@ async def _list_cluster_events(
 ) -> web.Response:
     events = _node_events(service, remote.node, types, queues, after, limit)
     asked = {"types": types, "queues": queues, "after": after, "limit": limit}
-    try:
-        answers = await remote.from_every_node("events.query", "", {"arguments": asked})
-    except HolderUnavailable as exc:
-        raise OJSError(
-            "backend_error", str(exc), status=503, retryable=True, headers={"Retry-After": "1"}
-        ) from None
-    for answer in answers:
-        events.extend(json.loads(answer.body)["events"])
+    for theirs in await service.operations.from_every_node("events.query", "", asked):
+        events.extend(theirs["events"])
     events.sort(key=lambda event: (event["sequence"], event["id"]))
     events = events[:limit] if after else events[-limit:]
     last = events[-1]["sequence"] if events else None

@@ -15,6 +15,7 @@ first, and runs here).
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -79,6 +80,21 @@ class JobOperations:
         self, request: web.Request, name: str, job_id: str, arguments: Any
     ) -> web.Response:
         return await self.run_by_id(name, job_id, arguments, request.get(REQUEST_ID))
+
+    async def from_every_node(self, name: str, key: str, arguments: Any) -> list[Any]:
+        """Every other live node's answer to the operation (a part of its own, to add to
+        this node's): their bodies, decoded; none without a cluster. 503 when a node does
+        not answer in time."""
+        remote = self.service.runtime.remote
+        if remote is None:
+            return []
+        try:
+            answers = await remote.from_every_node(name, key, {"arguments": arguments})
+        except HolderUnavailable as exc:
+            raise OJSError(
+                "backend_error", str(exc), status=503, retryable=True, headers={"Retry-After": "1"}
+            ) from None
+        return [json.loads(answer.body) for answer in answers]
 
     async def run_by_id(
         self, name: str, job_id: str, arguments: Any, request_id: str | None

@@ -7,7 +7,6 @@ function, are not held back by it.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +14,7 @@ from aiohttp import web
 
 from jobwire.engine.engine import QueueInfo
 from jobwire.engine.job import JobState
-from jobwire.ports.cluster import ClusterView, HolderUnavailable
+from jobwire.ports.cluster import ClusterView
 from jobwire.protocols.ojs.envelope import check_queue
 from jobwire.protocols.ojs.errors import OJSError
 from jobwire.server.ojs.http import BASE, reply
@@ -94,18 +93,9 @@ class QueueRoutes:
         dead = len(self.service.dead_letter.jobs(info.name))
         remote, cluster = self.service.runtime.remote, self.service.runtime.cluster
         if remote is not None and cluster is not None:
-            try:
-                answers = await remote.from_every_node("queue.counts", info.name, {})
-            except HolderUnavailable as exc:
-                raise OJSError(
-                    "backend_error",
-                    str(exc),
-                    status=503,
-                    retryable=True,
-                    headers={"Retry-After": "1"},
-                ) from None
-            for answer in answers:
-                theirs = json.loads(answer.body)
+            for theirs in await self.service.operations.from_every_node(
+                "queue.counts", info.name, None
+            ):
                 counts.update(theirs["counts"])
                 available += theirs["available"]
                 dead += theirs["dead_letter"]
