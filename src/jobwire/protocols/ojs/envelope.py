@@ -15,6 +15,7 @@ from jobwire.protocols.ojs.messages import (
     SPEC_VERSION,
     TYPE_PATTERN,
     Envelope,
+    PlainEnvelope,
     Template,
     _dec_hook,
     convert,
@@ -87,15 +88,7 @@ def parse_push(body: Any, prefix: str = "$", *, template: bool = False) -> PushR
     return push_request(env, body)
 
 
-class _PlainEnvelope(Envelope, kw_only=True, forbid_unknown_fields=True):
-    """An envelope without attributes jobwire does not know (decoded straight from bytes).
-    Its names are checked against the names seen before (`_known`), not a regex each time."""
-
-    type: str
-    queue: str | None = None
-
-
-_PLAIN = msgspec.json.Decoder(_PlainEnvelope, dec_hook=_dec_hook)
+_PLAIN = msgspec.json.Decoder(PlainEnvelope, dec_hook=_dec_hook)
 _NO_FIELDS: dict[str, Any] = {}
 #: Job type and queue names found valid so far: a server sees the same few again and again.
 _TYPES: set[str] = set()
@@ -134,7 +127,7 @@ def parse_plain_push(raw: bytes) -> PushRequest | None:
 _DEFAULT_RETRY = RetryPolicy()
 
 
-def _plain_request(env: _PlainEnvelope) -> PushRequest:
+def _plain_request(env: PlainEnvelope) -> PushRequest:
     """`push_request` of an envelope without options or unknown attributes: what it sets
     for one, in one call (a test compares the two)."""
     scheduled_at = env.scheduled_at

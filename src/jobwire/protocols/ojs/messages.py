@@ -168,6 +168,16 @@ class Template(Envelope, kw_only=True):
     id: Any = None
 
 
+class PlainEnvelope(Envelope, kw_only=True, forbid_unknown_fields=True):
+    """An envelope without attributes jobwire does not know, decoded straight from bytes
+    (`envelope.parse_plain_push`, which checks its names against those seen valid before
+    instead of a regex each time). Structs live here, not in a compiled module: msgspec
+    reads their annotations, which mypyc does not keep."""
+
+    type: str
+    queue: str | None = None
+
+
 class Callbacks(Struct, kw_only=True):
     on_success: Template | None = None
     on_failure: Template | None = None
