@@ -7,7 +7,7 @@ import math
 import re
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Final
 
 from jobwire.protocols.ojs.limits import MAX_DURATION_S, MAX_TIME, MAX_TIME_TEXT, MIN_TIME
 
@@ -22,26 +22,39 @@ def format_time(ts: float) -> str:
 
     Every job rendered shows a few timestamps, mostly of the same second: the text up to the
     second is kept for the last second seen (strftime was 5 % of the server's CPU under a
-    stream of OJS pushes). Rounds as `datetime.fromtimestamp` does (to the microsecond, half
-    to even), then truncates to the millisecond."""
-    frac, whole = math.modf(ts)
-    micro = round(frac * 1e6)
-    second = int(whole)
+    stream of OJS pushes), the milliseconds come from a table. Rounds as
+    `datetime.fromtimestamp` does (to the microsecond, half to even), then truncates to the
+    millisecond. Written for mypyc: `math.modf`, `round` and a format spec are Python calls
+    there, `int`, float arithmetic and `math.floor` are not."""
+    second = int(ts)  # toward zero, as modf splits
+    scaled = (ts - second) * 1e6  # the subtraction is exact
+    micro = math.floor(scaled)
+    rest = scaled - micro
+    if rest > 0.5 or (rest == 0.5 and micro % 2 == 1):  # half to even
+        micro += 1
     if micro >= 1_000_000:
         second += 1
         micro -= 1_000_000
     elif micro < 0:
         second -= 1
         micro += 1_000_000
-    cached = _second_text
-    if cached[0] != second:
+    last, text = _LAST_SECOND.pair  # one read: another thread may replace the pair
+    if last != second:
         text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
-        cached = _second_text[:] = [second, text]
-    return f"{cached[1]}{micro // 1000:03d}Z"
+        _LAST_SECOND.pair = (second, text)
+    return text + _MILLIS[micro // 1000]
 
 
-#: [the second, its text up to the seconds' dot] of the last `format_time` call's second.
-_second_text: list[Any] = [None, ""]
+class _Second:
+    """The last second `format_time` wrote, and its text up to the seconds' dot."""
+
+    def __init__(self) -> None:
+        self.pair = (0, "1970-01-01T00:00:00.")
+
+
+_LAST_SECOND: Final = _Second()
+#: Each millisecond's text, "000Z" to "999Z".
+_MILLIS: Final = tuple(f"{ms:03d}Z" for ms in range(1000))
 
 
 def check_time(ts: float) -> float:
