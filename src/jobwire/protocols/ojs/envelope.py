@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 import msgspec
 
@@ -23,8 +23,8 @@ from jobwire.protocols.ojs.messages import (
 from jobwire.protocols.ojs.retry import RetryPolicy, policy_of
 from jobwire.protocols.ojs.unique import UniquePolicy, unique_policy
 
-TYPE_RE = re.compile(TYPE_PATTERN)
-QUEUE_RE = re.compile(QUEUE_PATTERN)
+TYPE_RE: Final = re.compile(TYPE_PATTERN)
+QUEUE_RE: Final = re.compile(QUEUE_PATTERN)
 
 #: Envelope attributes jobwire interprets; anything else is kept and echoed back.
 KNOWN_FIELDS = frozenset({"id", "type", "args", "meta", "options", "specversion", "schema"})
@@ -44,30 +44,83 @@ __all__ = [
 ]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PushRequest:
+    """A validated PUSH. Its own `__init__`, not the dataclass's: compiled (mypyc), it
+    makes one per push without running Python code."""
+
     type: str
     args: list[Any]
-    id: str | None = None
-    queue: str = "default"
-    priority: int = 0
-    meta: dict[str, Any] | None = None
-    tags: list[str] | None = None
-    run_at: float | None = None
-    expires_at: float | None = None
-    timeout: float | None = None  # seconds of execution the job may take
-    visibility_timeout: float | None = None  # seconds a fetch leases it
-    pending: bool = False
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    retry_raw: dict[str, Any] | None = None  # the validated `retry` option as sent
-    unique: dict[str, Any] | None = None
-    unique_policy: UniquePolicy | None = None
-    rate_limit: int | None = None  # rate_limit.max_per_second
+    id: str | None
+    queue: str
+    priority: int
+    meta: dict[str, Any] | None
+    tags: list[str] | None
+    run_at: float | None
+    expires_at: float | None
+    timeout: float | None  # seconds of execution the job may take
+    visibility_timeout: float | None  # seconds a fetch leases it
+    pending: bool
+    retry: RetryPolicy
+    retry_raw: dict[str, Any] | None  # the validated `retry` option as sent
+    unique: dict[str, Any] | None
+    unique_policy: UniquePolicy | None
+    rate_limit: int | None  # rate_limit.max_per_second
     #: The rate-limiting extension's keyed limit {key, concurrency, rate, period}, validated.
-    keyed_limit: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    schema: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    keyed_limit: dict[str, Any] | None
+    extra: dict[str, Any]
+    schema: str | None
+    options: dict[str, Any]
+
+    def __init__(
+        self,
+        type: str,
+        args: list[Any],
+        id: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        meta: dict[str, Any] | None = None,
+        tags: list[str] | None = None,
+        run_at: float | None = None,
+        expires_at: float | None = None,
+        timeout: float | None = None,
+        visibility_timeout: float | None = None,
+        pending: bool = False,
+        retry: RetryPolicy | None = None,
+        retry_raw: dict[str, Any] | None = None,
+        unique: dict[str, Any] | None = None,
+        unique_policy: UniquePolicy | None = None,
+        rate_limit: int | None = None,
+        keyed_limit: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+        schema: str | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self.type = type
+        self.args = args
+        self.id = id
+        self.queue = queue
+        self.priority = priority
+        self.meta = meta
+        self.tags = tags
+        self.run_at = run_at
+        self.expires_at = expires_at
+        self.timeout = timeout
+        self.visibility_timeout = visibility_timeout
+        self.pending = pending
+        self.retry = retry if retry is not None else _DEFAULT_RETRY
+        self.retry_raw = retry_raw
+        self.unique = unique
+        self.unique_policy = unique_policy
+        self.rate_limit = rate_limit
+        self.keyed_limit = keyed_limit
+        self.extra = extra if extra is not None else {}
+        self.schema = schema
+        self.options = options if options is not None else {}
+
+
+#: The retry policy of a job without one (frozen: shared by every such request).
+_DEFAULT_RETRY: Final = RetryPolicy()
 
 
 def check_queue(name: Any) -> str:
@@ -88,12 +141,12 @@ def parse_push(body: Any, prefix: str = "$", *, template: bool = False) -> PushR
     return push_request(env, body)
 
 
-_PLAIN = msgspec.json.Decoder(PlainEnvelope, dec_hook=_dec_hook)
+_PLAIN: Final = msgspec.json.Decoder(PlainEnvelope, dec_hook=_dec_hook)
 _NO_FIELDS: dict[str, Any] = {}
 #: Job type and queue names found valid so far: a server sees the same few again and again.
-_TYPES: set[str] = set()
-_QUEUES: set[str] = set()
-_KNOWN_NAMES = 4096  # each set is emptied when it holds this many
+_TYPES: Final[set[str]] = set()
+_QUEUES: Final[set[str]] = set()
+_KNOWN_NAMES: Final = 4096  # each set is emptied when it holds this many
 
 
 def _known(name: str, seen: set[str], pattern: re.Pattern[str]) -> bool:
@@ -123,10 +176,6 @@ def parse_plain_push(raw: bytes) -> PushRequest | None:
     return _plain_request(env)
 
 
-#: The retry policy of a job without one (frozen: shared by every such request).
-_DEFAULT_RETRY = RetryPolicy()
-
-
 def _plain_request(env: PlainEnvelope) -> PushRequest:
     """`push_request` of an envelope without options or unknown attributes: what it sets
     for one, in one call (a test compares the two)."""
@@ -140,7 +189,6 @@ def _plain_request(env: PlainEnvelope) -> PushRequest:
         meta=env.meta,
         tags=env.tags,
         run_at=float(scheduled_at) if scheduled_at is not None else None,
-        retry=_DEFAULT_RETRY,
         schema=env.schema,
     )
 
