@@ -9,7 +9,7 @@ and a result from another protocol appears as a JSON string.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -17,8 +17,14 @@ from jobwire.engine.job import Job, JobState
 from jobwire.protocols.ojs.envelope import SPEC_VERSION
 from jobwire.protocols.ojs.times import format_time
 
-DEFAULT_MAX_ATTEMPTS = 3
-_NO_EXT: dict[str, Any] = {}
+DEFAULT_MAX_ATTEMPTS: Final = 3
+_NO_EXT: Final[dict[str, Any]] = {}
+# Enum members as constants: a member lookup is a Python attribute read (mypyc too).
+_SCHEDULED: Final = JobState.SCHEDULED
+_RETRYABLE: Final = JobState.RETRYABLE
+_COMPLETED: Final = JobState.COMPLETED
+_DISCARDED: Final = JobState.DISCARDED
+_CANCELLED: Final = JobState.CANCELLED
 
 
 def payload_for(args: list[Any]) -> bytes:
@@ -64,7 +70,7 @@ _ERROR_KINDS = {
 
 
 #: Each state's OJS name (an enum's `name` is a Python-level property: slow per reply).
-_STATE_NAMES = {state: state.name.lower() for state in JobState}
+_STATE_NAMES: Final = {state: state.name.lower() for state in JobState}
 
 
 def state_name(state: JobState) -> str:
@@ -102,9 +108,9 @@ def job_json(job: Job) -> dict[str, Any]:
         out["tags"] = ext["tags"]
     if ext.get("timeout") is not None:
         out["timeout_ms"] = int(ext["timeout"] * 1000)
-    if job.run_at is not None and state in (JobState.SCHEDULED, JobState.RETRYABLE):
+    if job.run_at is not None and state in (_SCHEDULED, _RETRYABLE):
         out["scheduled_at"] = format_time(job.run_at)
-    if state is JobState.RETRYABLE and job.run_at is not None:
+    if state is _RETRYABLE and job.run_at is not None:
         out["next_attempt_at"] = format_time(job.run_at)
     if ext.get("expires_at") is not None:
         out["expires_at"] = ext.get("expires_at_text") or format_time(ext["expires_at"])
@@ -120,19 +126,19 @@ def job_json(job: Job) -> dict[str, Any]:
     finished = job.finished_at
     if finished is not None:
         # A discarded job that never ran (expired) was not completed in any sense.
-        if state is JobState.COMPLETED or (state is JobState.DISCARDED and job.attempts):
+        if state is _COMPLETED or (state is _DISCARDED and job.attempts):
             out["completed_at"] = format_time(finished)
-        if state is JobState.DISCARDED:
+        if state is _DISCARDED:
             out["discarded_at"] = format_time(finished)
-        if state is JobState.CANCELLED:
+        if state is _CANCELLED:
             out["cancelled_at"] = format_time(finished)
-    if state is not JobState.COMPLETED:
+    if state is not _COMPLETED:
         error = error_of(job)
         if error is not None:
             out["error"] = error
     if ext.get("errors"):
         out["errors"] = ext["errors"]
-    if state is JobState.COMPLETED:
+    if state is _COMPLETED:
         result = result_of(job)
         if result is not None:
             out["result"] = result
