@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
 
-#: The Gearman and Majordomo hot paths and the SDK's, compiled together into one shared library
-#: (`jobwire.hot__mypyc`).
+#: The Gearman and Majordomo hot paths, the OJS push's and the SDK's, compiled together into
+#: one shared library (`jobwire.hot__mypyc`).
 MODULES = (
     "jobwire.engine.engine",
     "jobwire.engine.events",
@@ -48,6 +48,12 @@ MODULES = (
     "jobwire.ports.journal",
     "jobwire.store.redolog",
     "jobwire.store.sqlite",
+    # The OJS binding's push path, its sans-IO parts. The msgspec structs stay in the
+    # interpreted messages.py: msgspec reads their annotations, which mypyc does not keep.
+    "jobwire.protocols.ojs.ids",
+    "jobwire.protocols.ojs.times",
+    "jobwire.protocols.ojs.envelope",
+    "jobwire.server.ojs.render",
     # The Python SDK's per-job path (client connections, the worker). `client.py` is not
     # among them: mypyc does not compile async generators (`AsyncClient.stream`); its
     # per-job part is `submit.py`'s base class.
