@@ -28,7 +28,9 @@ _CANCELLED: Final = JobState.CANCELLED
 
 
 def payload_for(args: list[Any]) -> bytes:
-    return orjson.dumps(args)
+    # Typed here: mypyc's build environment lacks orjson, whose calls are Any there.
+    payload: bytes = orjson.dumps(args)
+    return payload
 
 
 def args_of(job: Job) -> list[Any]:
