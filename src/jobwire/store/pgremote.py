@@ -51,8 +51,10 @@ log = logging.getLogger("jobwire.cluster")
 
 #: Seconds a node waits for the node holding a job to answer an operation on it.
 ASK_TIMEOUT = 5.0
-#: Looks at where a job is before giving up on one that keeps moving between nodes.
-LOOKS = 3
+#: Looks at where a job is before giving up on one that keeps moving between nodes, and the
+#: pause before each look again (doubling): a moving job settles within a commit or two.
+LOOKS = 6
+LOOK_AGAIN = 0.005
 
 #: Where a job is (job id, this node): its owner, whether that node lives (its lease runs),
 #: and its row. Not this node's own rows (its engine is newer than they are). A node's lock is
@@ -136,7 +138,9 @@ class RemoteJobs:
         self, operation: str, job_id: str, arguments: dict[str, Any], adopt: bool
     ) -> HolderAnswer | Job | None:
         silent: int | None = None  # a holder that did not answer in time
-        for _ in range(LOOKS):
+        for look in range(LOOKS):
+            if look:
+                await asyncio.sleep(LOOK_AGAIN * 2 ** (look - 1))
             rows = await self._lookups.fetch(WHERE_SQL, (job_id, self.node))
             if not rows:
                 peers = await self._lookups.fetch(PEERS_SQL, (self.node,))

@@ -14,6 +14,7 @@ first, and runs here).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable
@@ -150,7 +151,13 @@ class JobOperations:
         had been asked here: its reply, once what it changed is durable. None: this node
         does not know the job (it moved on, or the asking node asked every node)."""
         operation = self.table.get(name)
-        if operation is None or not self._held_here(name, job_id):
+        if operation is None:
+            return None
+        if not self._held_here(name, job_id):
+            # It may have just let the job go (to the shared queue, or ended it): answer once
+            # that is committed, so the asking node's next look at the row finds it moved.
+            with contextlib.suppress(StoreUnavailable):
+                await self.service.runtime.durable()
             return None
         request_id = asked.get("request_id") or f"req_{uuid7()}"
         try:

@@ -43,6 +43,7 @@ from jobwire.server.ojs.http import (
     reply,
     str_field,
 )
+from jobwire.server.ojs.operations import every_node
 from jobwire.server.ojs.ownership import check_holder
 from jobwire.server.ojs.render import job_json
 
@@ -112,6 +113,37 @@ def worker_json(session: WorkerSession) -> dict[str, Any]:
     }
 
 
+def _merge_sessions(workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per worker. An OJS worker chooses its id and may fetch, ack and beat on
+    several nodes, each of which keeps a session for it: those become one, holding every
+    node's jobs, with its latest heartbeat and the state that node gave it. Other protocols'
+    sessions are connections, one node's each (their ids are that node's)."""
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in workers:
+        key = (
+            ("ojs", row["worker_id"])
+            if row["protocol"] == "ojs"
+            else (
+                row["nodes"][0],
+                row["worker_id"],
+            )
+        )
+        seen = merged.get(key)
+        if seen is None:
+            merged[key] = row
+            continue
+        seen["nodes"] = sorted({*seen["nodes"], *row["nodes"]})
+        seen["active_jobs"] = sorted({*seen["active_jobs"], *row["active_jobs"]})
+        seen["registered"] = seen["registered"] or row["registered"]
+        if (row["last_heartbeat_at"] or "") > (seen["last_heartbeat_at"] or ""):
+            seen["last_heartbeat_at"] = row["last_heartbeat_at"]
+            seen["state"] = row["state"]  # what the node it beat on last told it
+        for field in ("hostname", "pid", "queues", "concurrency"):
+            if seen[field] is None:
+                seen[field] = row[field]
+    return list(merged.values())
+
+
 async def _job_body(request: web.Request) -> dict[str, Any]:
     """An ack or nack body; on `/jobs/{id}/ack|nack` the job id comes from the path (and the
     body may be empty)."""
@@ -132,6 +164,8 @@ class WorkerRoutes:
         service.operations.add("ack", self._ack)
         service.operations.add("nack", self._nack)
         service.operations.add("heartbeat", self._heartbeat)
+        # On a cluster, each node lists the workers connected to it for the others.
+        service.operations.add("workers.list", self._list_for_another_node, every_node)
 
     # ------------------------------------------------------------------ registration
 
@@ -193,13 +227,39 @@ class WorkerRoutes:
 
     async def list_workers(self, request: web.Request) -> web.Response:
         """Every worker the server knows, of every protocol (the engine's registry; OJS
-        workers also after they terminated); `?protocol=` keeps one protocol's."""
+        workers also after they terminated); `?protocol=` keeps one protocol's. On a
+        cluster, every node's, each with the `nodes` it is connected to."""
+        protocol = request.query.get("protocol") or None
+        workers = self._workers_here(protocol)
+        remote = self.service.runtime.remote
+        if remote is None:
+            return reply({"workers": workers, "count": len(workers)})
+        for row in workers:
+            row["nodes"] = [remote.node]
+        for theirs in await self.service.operations.from_every_node(
+            "workers.list", "", {"protocol": protocol}
+        ):
+            workers.extend(theirs["workers"])
+        merged = _merge_sessions(workers)
+        return reply({"workers": merged, "count": len(merged)})
+
+    def _workers_here(self, protocol: str | None) -> list[dict[str, Any]]:
         sessions = list(self.service.workers.values())
         sessions += [s for s in self.engine.workers.values() if s.protocol != "ojs"]
-        protocol = request.query.get("protocol")
         if protocol:
             sessions = [s for s in sessions if s.protocol == protocol]
-        return reply({"workers": [worker_json(s) for s in sessions], "count": len(sessions)})
+        return [worker_json(s) for s in sessions]
+
+    def _list_for_another_node(self, _key: str, arguments: Any) -> web.Response:
+        """The operation `workers.list`: this node's workers, each with this node's id."""
+        asked = arguments if isinstance(arguments, dict) else {}
+        protocol = asked.get("protocol")
+        workers = self._workers_here(protocol if isinstance(protocol, str) else None)
+        remote = self.service.runtime.remote
+        assert remote is not None
+        for row in workers:
+            row["nodes"] = [remote.node]
+        return reply({"workers": workers})
 
     # ------------------------------------------------------------------ fetch
 

@@ -1,0 +1,52 @@
+"""`GET /ojs/v1/workers` on a cluster (server/ojs/workers.py): every node lists the workers of
+every node, an OJS worker that works on several nodes once. Real nodes on the local
+PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.cluster.test_cluster_ops import fetch, push, runners
+from tests.interop.gearman_raw import register_worker
+from tests.pg import Schema
+from tests.servers import ServerProcess
+
+pytestmark = pytest.mark.interop
+
+
+def _workers(node: Any, query: str = "") -> dict[str, dict[str, Any]]:
+    got = node.request("GET", "/ojs/v1/workers" + query)
+    assert got.status == 200, got.raw
+    assert got.body["count"] == len(got.body["workers"]), got.raw
+    listed = {row["worker_id"]: row for row in got.body["workers"]}
+    assert len(listed) == len(got.body["workers"]), got.raw  # each worker once
+    return listed
+
+
+def test_every_node_lists_every_nodes_workers(schema: Schema, nodes: list[ServerProcess]) -> None:
+    (_, two), first, second = runners(nodes, schema)
+    registered = first.request(
+        "POST",
+        "/ojs/v1/workers/register",
+        {"worker_id": "w-both", "queues": ["listed"], "concurrency": 4, "hostname": "h1"},
+    )
+    assert registered.status in (200, 201), registered.raw
+    job_id = push(first, "listed")
+    assert fetch(second, "listed", worker="w-both")["id"] == job_id  # a session there too
+    with register_worker(two, ["resize"]):
+        seen = [_workers(node) for node in (first, second)]
+        assert seen[0] == seen[1], seen
+        listed = seen[0]
+        both = listed["w-both"]
+        assert len(both["nodes"]) == 2, both
+        assert both["active_jobs"] == [job_id], both
+        assert (both["registered"], both["hostname"], both["concurrency"]) == (True, "h1", 4)
+        gearman = [row for row in listed.values() if row["protocol"] == "gearman"]
+        assert len(gearman) == 1 and gearman[0]["abilities"] == ["resize"], listed
+        assert gearman[0]["nodes"] != both["nodes"] and gearman[0]["nodes"][0] in both["nodes"]
+        # ?protocol= filters every node's part.
+        assert set(_workers(first, "?protocol=gearman")) == {gearman[0]["worker_id"]}
+        assert set(_workers(second, "?protocol=ojs")) == {"w-both"}
