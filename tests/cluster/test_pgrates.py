@@ -126,3 +126,52 @@ def test_two_nodes_together_hand_out_no_more_than_the_limit(
     # slack. Each node alone (per-node limits) would have handed them out twice as fast.
     counts = {name: len(ids) for name, ids in handed.items()}
     assert jobs <= LIMIT * (elapsed + 2), (elapsed, counts)
+
+
+def _push_keyed(node: ServerProcess, queue: str, keyed: dict[str, Any]) -> str:
+    job = {"type": "metered", "args": [1], "options": {"queue": queue, "rate_limit": keyed}}
+    pushed = api(node).request("POST", "/ojs/v1/jobs", job)
+    assert pushed.status == 201, pushed.raw
+    return str(pushed.body["job"]["id"])
+
+
+def _fetch_only(node: ServerProcess, queue: str, count: int) -> list[str]:
+    """Fetch without acking: the ids handed out, running until acked."""
+    asked = {"queues": [queue], "count": count, "worker_id": "w1"}
+    got = api(node).request("POST", "/ojs/v1/workers/fetch", asked)
+    assert got.status == 200, got.raw
+    return [str(job["id"]) for job in got.body["jobs"]]
+
+
+def test_a_keys_concurrency_holds_across_the_nodes(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_nodes(nodes, schema, 2, http=True)
+    keyed = {"key": "tenant-7", "concurrency": 1}
+    pushed = [_push_keyed(first, "keyed", keyed) for _ in range(2)]
+    running = _fetch_only(first, "keyed", 1)  # claims one of the two from the shared queue
+    assert len(running) == 1, running
+    # The other job waits in the shared queue: the second node claims it, and the key's
+    # slot, held on the first node, keeps it waiting.
+    for _ in range(3):
+        assert _fetch_only(second, "keyed", 1) == []
+    body = {"job_id": running[0], "worker_id": "w1"}
+    acked = api(first).request("POST", "/ojs/v1/workers/ack", body)
+    assert acked.status == 200, acked.raw
+    # Once the first job stopped running, its slot is free: the second node hands the
+    # other job out.
+    other = wait_until(lambda: fetch(second, "keyed", 1) or None, "the key's slot", LONG)
+    assert other == [job for job in pushed if job != running[0]]
+
+
+def test_a_keys_rate_holds_across_the_nodes(schema: Schema, nodes: list[ServerProcess]) -> None:
+    first, second = start_nodes(nodes, schema, 2, http=True)
+    keyed = {"key": "tenant-9", "rate": 2, "period": "hour"}
+    for _ in range(4):
+        _push_keyed(first, "hourly", keyed)
+    handed = fetch(first, "hourly", 1) + fetch(first, "hourly", 1)  # one claim each
+    assert len(handed) == 2, handed  # the key's whole hour, on the first node
+    # The second node claims the other two from the shared queue, and the key's shared
+    # budget keeps them waiting: an hour's refill is far away.
+    for _ in range(3):
+        assert fetch(second, "hourly", 4) == []

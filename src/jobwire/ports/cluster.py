@@ -71,6 +71,16 @@ class ClusterView(Protocol):
     def give_back_rate(self, queue: str, unused: int) -> None:
         """Budget taken by `take_rate` that was not used."""
 
+    async def take_keyed(
+        self, asked: list[tuple[str, str, int | None, int | None, float]]
+    ) -> list[bool]:
+        """For each keyed job a fetch would hand out (key, job id, the key's concurrency,
+        rate, and the rate's period in seconds): whether the key's limits, shared by the
+        nodes, let it run now (if so it holds a slot until `release_keyed`)."""
+
+    def release_keyed(self, job_ids: list[str]) -> None:
+        """Keyed jobs granted by `take_keyed` that stopped running here."""
+
     def forget_interest(self) -> None:
         """Forget the fetches and waiting workers this node claims for (an admin reset: the
         workers are forgotten too), so that new jobs go to the shared queue again."""

@@ -352,6 +352,14 @@ class ClusterNode:
     def give_back_rate(self, queue: str, unused: int) -> None:
         self.shared.rates.give_back(queue, unused)
 
+    async def take_keyed(
+        self, asked: list[tuple[str, str, int | None, int | None, float]]
+    ) -> list[bool]:
+        return await self.shared.rates.take_keyed(asked)
+
+    def release_keyed(self, job_ids: list[str]) -> None:
+        self.shared.rates.release_keyed(job_ids)
+
     def _fatal(self, reason: str) -> None:
         log.critical("cluster: %s", reason)
         self._closed = True

@@ -11,6 +11,12 @@
   full bucket, then the refill), whatever the number of nodes and wherever its workers are;
   each node also keeps its own sliding one-second window (`QueueRateLimits`), so no node
   hands out more than per_second in any one second.
+- **Keyed limits** (the rate-limiting extension's `rate_limit.key`): per key, at most
+  `concurrency` jobs running at once in the whole cluster (a row per running job in
+  `key_slots`, deleted once it stops running here; a dead node's rows do not count) and a
+  token bucket of `rate` per `period` in `key_limits`. A fetch takes both for the keyed jobs
+  it would hand out in one statement (`take_keyed`, one row lock per key); a job refused
+  waits in its queue, as over a node's own limit.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ log = logging.getLogger("jobwire.cluster")
 
 #: Applies a shared limit to this node's queue (None: lifted).
 Apply = Callable[[str, int | None], None]
+#: A keyed job a fetch would hand out: its key, its id, the key's concurrency and rate
+#: (None: not limited so) and the rate's period in seconds.
+KeyedAsk = tuple[str, str, int | None, int | None, float]
 
 SET_SQL = """
 WITH limited AS (
@@ -39,7 +48,9 @@ WITH limited AS (
 SELECT pg_notify(%s, %s)
 """
 FORGET_SQL = """
-WITH forgotten AS (DELETE FROM queue_rates)
+WITH forgotten AS (DELETE FROM queue_rates),
+    keys AS (DELETE FROM key_limits),
+    slots AS (DELETE FROM key_slots)
 SELECT pg_notify(%s, %s)
 """
 READ_SQL = "SELECT queue, per_second FROM queue_rates"
@@ -59,6 +70,14 @@ UPDATE queue_rates SET
 WHERE queue = %s
 RETURNING granted
 """
+#: Each keyed job's grant, in order: (key, job id, concurrency, rate, period in seconds).
+TAKE_KEYED_SQL = """
+SELECT take_keyed(key, job, %s, concurrency, rate, period)
+FROM unnest(%s::text[], %s::text[], %s::int[], %s::int[], %s::float8[])
+    WITH ORDINALITY AS asked (key, job, concurrency, rate, period, n)
+ORDER BY n
+"""
+RELEASE_KEYED_SQL = "DELETE FROM key_slots WHERE job = ANY(%s::text[])"
 GIVE_BACK_SQL = "UPDATE queue_rates SET tokens = LEAST(per_second, tokens + %s) WHERE queue = %s"
 
 
@@ -122,3 +141,27 @@ class SharedRates:
             await self.cluster.shared_fetch(GIVE_BACK_SQL, (unused, queue))
         except Exception as exc:
             log.warning("cluster: giving back %s's rate budget failed: %s", queue, exc)
+
+    async def take_keyed(self, asked: list[KeyedAsk]) -> list[bool]:
+        """Whether each keyed job may be handed out now, by its key's shared limits; none
+        when the statement fails (the limits are kept, not the throughput)."""
+        columns = list(zip(*asked, strict=True))
+        parameters = (self.cluster.node, *(list(column) for column in columns))
+        try:
+            rows = await self.cluster.shared_fetch(TAKE_KEYED_SQL, parameters)
+        except Exception as exc:
+            log.warning("cluster: taking keyed rate limits failed: %s", exc)
+            return [False] * len(asked)
+        return [bool(row[0]) for row in rows]
+
+    def release_keyed(self, job_ids: list[str]) -> None:
+        """Keyed jobs that stopped running here free their slots, off any request's path."""
+        task = asyncio.get_running_loop().create_task(self._release_keyed(job_ids))
+        self._giving_back.add(task)
+        task.add_done_callback(self._giving_back.discard)
+
+    async def _release_keyed(self, job_ids: list[str]) -> None:
+        try:
+            await self.cluster.shared_fetch(RELEASE_KEYED_SQL, (job_ids,))
+        except Exception as exc:  # their node's lease frees them if it dies
+            log.warning("cluster: freeing keyed slots failed: %s", exc)

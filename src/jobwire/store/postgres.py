@@ -58,7 +58,7 @@ from jobwire.store.sqlite import EARLY_BATCH_WRITES, StoreError
 
 log = logging.getLogger("jobwire.store")
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 #: Seconds between two connection attempts while PostgreSQL is away: doubling from the
 #: first to the last.
 RECONNECT_MIN = 0.05
@@ -169,6 +169,60 @@ RATE_STATEMENTS = (
         granted integer NOT NULL DEFAULT 0
     )""",
 )
+#: Version 5, the rate-limiting extension's keyed limits the nodes share
+#: (`jobwire.store.pgrates`): a token bucket per key, the slots of a key's running jobs, and
+#: the function that takes both for one job under the key's row lock.
+KEYED_STATEMENTS = (
+    """CREATE TABLE IF NOT EXISTS key_limits (
+        key text PRIMARY KEY,
+        tokens double precision NOT NULL,
+        refreshed_at timestamptz NOT NULL DEFAULT clock_timestamp()
+    )""",
+    """CREATE TABLE IF NOT EXISTS key_slots (
+        job text PRIMARY KEY,
+        key text NOT NULL,
+        node bigint NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS key_slots_by_key ON key_slots (key)",
+    """CREATE OR REPLACE FUNCTION take_keyed(
+        p_key text, p_job text, p_node bigint, p_concurrency integer, p_rate integer,
+        p_period double precision
+    ) RETURNS boolean LANGUAGE plpgsql AS $$
+    DECLARE
+        limits key_limits%ROWTYPE;
+        held integer;
+        available double precision;
+    BEGIN
+        INSERT INTO key_limits (key, tokens) VALUES (p_key, COALESCE(p_rate, 0))
+            ON CONFLICT (key) DO NOTHING;
+        SELECT * INTO limits FROM key_limits WHERE key = p_key FOR UPDATE;
+        IF p_concurrency IS NOT NULL THEN
+            DELETE FROM key_slots s WHERE s.key = p_key AND NOT EXISTS (
+                SELECT 1 FROM nodes n WHERE n.id = s.node AND n.lease_until > now());
+            SELECT count(*) INTO held FROM key_slots s WHERE s.key = p_key AND s.job <> p_job;
+            IF held >= p_concurrency THEN
+                RETURN false;
+            END IF;
+        END IF;
+        IF p_rate IS NOT NULL THEN
+            available := LEAST(p_rate, limits.tokens + p_rate * GREATEST(0, EXTRACT(EPOCH FROM
+                clock_timestamp() - limits.refreshed_at)) / p_period);
+            IF available < 1 THEN
+                UPDATE key_limits SET tokens = available, refreshed_at = clock_timestamp()
+                    WHERE key = p_key;
+                RETURN false;
+            END IF;
+            UPDATE key_limits SET tokens = available - 1, refreshed_at = clock_timestamp()
+                WHERE key = p_key;
+        END IF;
+        IF p_concurrency IS NOT NULL THEN
+            INSERT INTO key_slots (job, key, node) VALUES (p_job, p_key, p_node)
+                ON CONFLICT (job) DO UPDATE SET key = EXCLUDED.key, node = EXCLUDED.node;
+        END IF;
+        RETURN true;
+    END
+    $$""",
+)
 #: Migrations from version N to N + 1, by N (version 0: no tables). Rows of a one-node schema
 #: (version 1) have no owner after the upgrade: the first node to start alone adopts them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -176,6 +230,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: CLUSTER_STATEMENTS,
     2: SHARED_STATEMENTS,
     3: RATE_STATEMENTS,
+    4: KEYED_STATEMENTS,
 }
 
 _COLUMNS = (

@@ -187,6 +187,7 @@ class OJSService:
         if self.runtime.cluster is not None:  # one registry, each tick fired once
             self.runtime.cluster.attach_cron(self.cron)
             self.runtime.cluster.attach_rate_limits(self.rate_limits.set)
+            self.keyed_limits.share(self.runtime.cluster, self.engine.observers)
             self.runtime.cluster.watch_claims(self._claimed)
         if restored:
             log.info("restored %d cron registrations", restored)

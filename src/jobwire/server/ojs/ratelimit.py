@@ -9,10 +9,15 @@ also takes from the budget they share.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobwire.engine.job import Job, JobState
+
+if TYPE_CHECKING:
+    from jobwire.engine.engine import JobObserver
+    from jobwire.ports.cluster import ClusterView
 
 WINDOW = 1.0
 
@@ -71,6 +76,10 @@ class Partition:
         self.active: set[Job] = set()  # jobs of the key handed out, pruned when looked at
         self.started: deque[float] = deque()  # start times within the period
 
+    @property
+    def window(self) -> float:
+        return PERIODS[self.period]
+
     def prune(self, now: float) -> None:
         self.active = {job for job in self.active if job.state is JobState.ACTIVE}
         window = PERIODS[self.period]
@@ -105,6 +114,10 @@ class KeyedLimits:
 
     def __init__(self) -> None:
         self._keys: dict[str, Partition] = {}
+        self._cluster: ClusterView | None = None
+        self._observers: list[JobObserver] | None = None  # the engine's, until watched
+        self._slots: set[str] = set()  # jobs holding a slot of the cluster's, by id
+        self._stopped: list[str] = []  # of those, the ones that stopped running here
 
     def declare(self, limit: dict[str, Any]) -> None:
         """A job was submitted with this keyed limit: the key's limits are the latest."""
@@ -134,5 +147,61 @@ class KeyedLimits:
         part.started.append(now)
         return True
 
+    def untake(self, job: Job) -> None:
+        """Undo `take`: the cluster's shared limits refused the job."""
+        part = self._keys.get(job.ext["rate_limit"]["key"]) if job.ext else None
+        if part is not None:
+            part.active.discard(job)
+            if part.started:
+                part.started.pop()
+
+    def share(self, cluster: ClusterView, observers: list[JobObserver]) -> None:
+        """A cluster node: keys' limits hold across the nodes (`take_shared`)."""
+        self._cluster = cluster
+        self._observers = observers
+
+    async def take_shared(self, jobs: list[Job]) -> list[Job]:
+        """Of the jobs a fetch took on this node's limits, those the cluster's shared
+        limits of their keys also let run now (the others are untaken). One statement for
+        all of them; none for a fetch without keyed jobs."""
+        asked: list[tuple[str, str, int | None, int | None, float]] = []
+        keyed: list[Job] = []
+        for job in jobs:
+            limit = (job.ext or {}).get("rate_limit")
+            if isinstance(limit, dict):
+                part = self._keys[limit["key"]]
+                asked.append((part.key, job.id, part.concurrency, part.rate, part.window))
+                keyed.append(job)
+        cluster = self._cluster
+        if not keyed or cluster is None:
+            return jobs
+        if self._observers is not None:  # watch jobs end from the first keyed job on
+            self._observers.append(self._observed)
+            self._observers = None
+        granted = await cluster.take_keyed(asked)
+        refused: set[Job] = set()
+        for job, ask, ok in zip(keyed, asked, granted, strict=True):
+            if not ok:
+                refused.add(job)
+                self.untake(job)
+            elif ask[2] is not None:
+                self._slots.add(job.id)
+        return [job for job in jobs if job not in refused]
+
+    def _observed(self, _event: str, job: Job) -> None:
+        """A keyed job holding a cluster slot that stopped running here frees it (batched
+        per turn of the loop)."""
+        if job.id in self._slots and job.state is not JobState.ACTIVE:
+            self._slots.discard(job.id)
+            if not self._stopped:
+                asyncio.get_running_loop().call_soon(self._release)
+            self._stopped.append(job.id)
+
+    def _release(self) -> None:
+        stopped, self._stopped = self._stopped, []
+        if self._cluster is not None and stopped:
+            self._cluster.release_keyed(stopped)
+
     def clear(self) -> None:
         self._keys.clear()
+        self._slots.clear()

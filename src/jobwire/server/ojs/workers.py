@@ -328,6 +328,10 @@ class WorkerRoutes:
                 if not got:
                     break
                 taken = [job for job in got if keyed.take(job, now)]
+                if cluster is not None:  # and the keys' limits the nodes share
+                    taken = await keyed.take_shared(taken)
+                    got = [job for job in got if job.state is JobState.ACTIVE]  # not cancelled
+                    taken = [job for job in taken if job.state is JobState.ACTIVE]
                 held += [job for job in got if job not in taken]
                 limits.taken(name, len(taken), now)
                 jobs.extend(taken)
