@@ -247,11 +247,11 @@ def test_db_migrate_and_status_show_the_schema_and_the_node(
     assert "version 0" in before.stdout and "jobwire db migrate" in before.stdout
     migrated = jobwire("db", "migrate", store=schema.dsn)
     assert migrated.returncode == 0, migrated.stderr
-    assert migrated.stdout.strip() == "schema version 0 -> 4"
+    assert migrated.stdout.strip() == "schema version 0 -> 5"
     again = jobwire("db", "migrate", store=schema.dsn)
-    assert again.stdout.strip() == "schema version 4: up to date"
+    assert again.stdout.strip() == "schema version 5: up to date"
     idle = json.loads(jobwire("db", "status", "--json", store=schema.dsn).stdout)
-    assert (idle["version"], idle["jobs"], idle["nodes"]) == (4, {}, [])
+    assert (idle["version"], idle["jobs"], idle["nodes"]) == (5, {}, [])
 
     server = start(servers, schema)
     with GearmanSocket(server) as client:
@@ -285,7 +285,7 @@ def test_db_migrate_upgrades_a_version_2_schema_whose_jobs_then_run(
         )
     migrated = jobwire("db", "migrate", store=schema.dsn)
     assert migrated.returncode == 0, migrated.stderr
-    assert migrated.stdout.strip() == "schema version 2 -> 4"
+    assert migrated.stdout.strip() == "schema version 2 -> 5"
     assert schema.rows("SELECT ukey FROM {schema}.jobs") == [(None,)]  # as it was
     assert schema.rows("SELECT count(*) FROM {schema}.paused_queues") == [(0,)]
     assert schema.rows("SELECT count(*) FROM {schema}.queue_rates") == [(0,)]
