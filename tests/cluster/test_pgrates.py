@@ -175,3 +175,17 @@ def test_a_keys_rate_holds_across_the_nodes(schema: Schema, nodes: list[ServerPr
     # budget keeps them waiting: an hour's refill is far away.
     for _ in range(3):
         assert fetch(second, "hourly", 4) == []
+
+
+def test_a_fetch_of_several_keys_gets_each_keys_own_answer(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_nodes(nodes, schema, 2, http=True)
+    busy = {"key": "z-busy", "concurrency": 1}
+    running = _push_keyed(first, "mixed", busy)
+    waiting = _push_keyed(first, "mixed", busy)
+    free = _push_keyed(first, "mixed", {"key": "a-free", "concurrency": 1})
+    assert _fetch_only(first, "mixed", 1) == [running]
+    # The second node claims both others; only the free key's job may run.
+    assert _fetch_only(second, "mixed", 2) == [free]
+    assert waiting not in _fetch_only(second, "mixed", 2)

@@ -145,14 +145,19 @@ class SharedRates:
     async def take_keyed(self, asked: list[KeyedAsk]) -> list[bool]:
         """Whether each keyed job may be handed out now, by its key's shared limits; none
         when the statement fails (the limits are kept, not the throughput)."""
-        columns = list(zip(*asked, strict=True))
+        # In the order of their keys: two nodes' fetches lock the keys' rows in one order.
+        order = sorted(range(len(asked)), key=lambda index: asked[index][0])
+        columns = list(zip(*(asked[index] for index in order), strict=True))
         parameters = (self.cluster.node, *(list(column) for column in columns))
         try:
             rows = await self.cluster.shared_fetch(TAKE_KEYED_SQL, parameters)
         except Exception as exc:
             log.warning("cluster: taking keyed rate limits failed: %s", exc)
             return [False] * len(asked)
-        return [bool(row[0]) for row in rows]
+        granted = [False] * len(asked)
+        for index, row in zip(order, rows, strict=True):
+            granted[index] = bool(row[0])
+        return granted
 
     def release_keyed(self, job_ids: list[str]) -> None:
         """Keyed jobs that stopped running here free their slots, off any request's path."""
