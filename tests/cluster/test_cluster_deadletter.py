@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from tests.cluster.conftest import start_node
 from tests.cluster.test_cluster_ops import fetch, push, runners
+from tests.interop.gearman_raw import wait_until
 from tests.ojs.dsl import Runner
 from tests.pg import Schema
 from tests.servers import ServerProcess
@@ -59,3 +61,25 @@ def test_any_node_lists_retries_and_deletes_every_nodes_dead_letters(
         for method, path in (("POST", f"{newer}/retry"), ("DELETE", older)):
             gone = node.request(method, f"/ojs/v1/dead-letter/{path}")
             assert (gone.status, gone.body["error"]["code"]) == (404, "not_found"), gone.raw
+
+
+def test_a_node_started_later_keeps_its_own_entries_and_a_gone_nodes(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    (_, leaving), first, second = runners(nodes, schema)
+    kept = _fail_on(first, "dead-c", first)
+    orphaned = _fail_on(second, "dead-d", first)
+    leaving.kill()  # the second node is gone; its entry waits for a node that starts
+    third = start_node(nodes, schema, http=True)
+    wait_until(lambda: "cluster: 2 nodes" in third.log() or None, "nodes meet", 60)
+    late = Runner(f"http://127.0.0.1:{third.http_port}")
+    # Each entry once: the first node's stays its own (the third does not load it too), the
+    # gone node's became the third's.
+    for node in (first, late):
+        assert _listed(node) == [kept, orphaned]
+        assert node.request("GET", "/ojs/v1/dead-letter").body["total"] == 2
+    # Retried on the node that kept it, the entry leaves every list: no copy stays behind.
+    retried = late.request("POST", f"/ojs/v1/dead-letter/{kept}/retry")
+    assert retried.status == 200, retried.raw
+    for node in (first, late):
+        assert _listed(node) == [orphaned]

@@ -171,8 +171,12 @@ RATE_STATEMENTS = (
 )
 #: Version 5, the rate-limiting extension's keyed limits the nodes share
 #: (`jobwire.store.pgrates`): a token bucket per key, the slots of a key's running jobs, and
-#: the function that takes both for one job under the key's row lock.
+#: the function that takes both for one job under the key's row lock. And the node that
+#: keeps each key-value record (`NODE_NAMESPACES`; 0: every node's, as cron entries).
 KEYED_STATEMENTS = (
+    "ALTER TABLE kv ADD COLUMN IF NOT EXISTS owner bigint NOT NULL DEFAULT 0",
+    "ALTER TABLE kv DROP CONSTRAINT IF EXISTS kv_pkey",
+    "ALTER TABLE kv ADD PRIMARY KEY (namespace, owner, key)",
     """CREATE TABLE IF NOT EXISTS key_limits (
         key text PRIMARY KEY,
         tokens double precision NOT NULL,
@@ -276,10 +280,12 @@ WITH saved AS (
 ), removed AS (
     DELETE FROM jobs WHERE seq = ANY(%b::bigint[]) AND owner = %b::bigint
 ), put AS (
-    INSERT INTO kv (namespace, key, value) SELECT * FROM unnest(%b::text[], %b::text[], %b::bytea[])
-    ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value
+    INSERT INTO kv (namespace, key, value, owner)
+    SELECT * FROM unnest(%b::text[], %b::text[], %b::bytea[], %b::bigint[])
+    ON CONFLICT (namespace, owner, key) DO UPDATE SET value = EXCLUDED.value
 ), unput AS (
-    DELETE FROM kv WHERE (namespace, key) IN (SELECT * FROM unnest(%b::text[], %b::text[]))
+    DELETE FROM kv WHERE (namespace, key, owner)
+        IN (SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[]))
 )
 SELECT count(pg_notify(%b::text, name)) FROM unnest(%b::text[]) AS name
 """
@@ -298,10 +304,12 @@ WITH saved AS (
 ), removed AS (
     DELETE FROM jobs WHERE seq = ANY(%b::bigint[]) AND owner = %b::bigint RETURNING 1
 ), put AS (
-    INSERT INTO kv (namespace, key, value) SELECT * FROM unnest(%b::text[], %b::text[], %b::bytea[])
-    ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value
+    INSERT INTO kv (namespace, key, value, owner)
+    SELECT * FROM unnest(%b::text[], %b::text[], %b::bytea[], %b::bigint[])
+    ON CONFLICT (namespace, owner, key) DO UPDATE SET value = EXCLUDED.value
 ), unput AS (
-    DELETE FROM kv WHERE (namespace, key) IN (SELECT * FROM unnest(%b::text[], %b::text[]))
+    DELETE FROM kv WHERE (namespace, key, owner)
+        IN (SELECT * FROM unnest(%b::text[], %b::text[], %b::bigint[]))
 ), uniq AS (
     INSERT INTO jobs ({_COLUMNS}, owner, client_node, ukey)
     SELECT * FROM unnest({_UNIQUE_ARRAYS}) WHERE (SELECT count(*) FROM removed) >= 0
@@ -351,7 +359,27 @@ SELECT count(pg_notify(%s, name)) FROM (
     UNION ALL SELECT 'nodes'
 ) AS names
 """
-_KV_LOAD = "SELECT key, value FROM kv WHERE namespace = %s"
+_KV_LOAD = "SELECT key, value FROM kv WHERE namespace = %s AND owner IN (0, %s)"
+#: Key-value records a node keeps for itself (its workflows, dead letters and event log);
+#: the others (cron entries, the engine's numbers) every node reads.
+NODE_NAMESPACES = frozenset({"workflow", "dead_letter", "events"})
+#: At start, after `ADOPT_SQL`: the records of nodes that are gone become this node's, with
+#: their jobs, and so do those written before version 5 (owner 0). Event-log chunks are
+#: numbered by their node: only the latest node gone keeps its chunks. Parameters: the node
+#: twice, `NODE_NAMESPACES`.
+KV_ADOPT_SQL = """
+WITH orphan AS (
+    SELECT DISTINCT owner FROM kv WHERE owner NOT IN (0, %s)
+    AND NOT EXISTS (SELECT 1 FROM nodes WHERE nodes.id = kv.owner)
+), dropped AS (
+    DELETE FROM kv WHERE namespace = 'events' AND owner IN (SELECT owner FROM orphan)
+    AND owner < (SELECT max(owner) FROM orphan)
+)
+UPDATE kv SET owner = %s
+WHERE namespace = ANY(%s)
+AND (owner = 0 OR owner IN (SELECT owner FROM orphan)
+    AND (namespace <> 'events' OR owner = (SELECT max(owner) FROM orphan)))
+"""
 _ENGINE_NAMESPACE = "engine"
 _NUMBERS_KEY = "numbers_reserved"
 
@@ -381,23 +409,26 @@ def batch_parameters(
             deleted.append(key)
         else:
             live.append(row)
-    put: list[list[Any]] = [[], [], []]
-    unput: list[list[Any]] = [[], []]
+    put: list[list[Any]] = [[], [], [], []]
+    unput: list[list[Any]] = [[], [], []]
     for (namespace, name), value in kv.items():
+        owner = node if namespace in NODE_NAMESPACES else 0
         if value is None:
             unput[0].append(namespace)
             unput[1].append(name)
+            unput[2].append(owner)
         else:
             put[0].append(namespace)
             put[1].append(name)
             put[2].append(value)
+            put[3].append(owner)
     parameters = [
         *_column_arrays(live, _ROW_TYPES),
         node,
         pgarrays.encode("bigint", deleted),
         node,
-        *map(pgarrays.encode, ("text", "text", "bytea"), put),
-        *map(pgarrays.encode, ("text", "text"), unput),
+        *map(pgarrays.encode, ("text", "text", "bytea", "bigint"), put),
+        *map(pgarrays.encode, ("text", "text", "bigint"), unput),
     ]
     if unique:
         keyed = sorted(unique.values(), key=lambda row: row[-1])  # by key: no deadlock
@@ -603,7 +634,8 @@ class PostgresStore:
         process), in one transaction, and the unowned jobs too when no other node runs: a
         node alone replays everything, as a one-node store did. While other nodes seem alive
         it tries again for up to `LOCK_WAIT` seconds: the backend of a node killed a moment
-        ago may hold its lock a little longer. How many jobs it adopted."""
+        ago may hold its lock a little longer. Then the key-value records of the nodes gone.
+        How many jobs it adopted."""
         deadline = time.monotonic() + LOCK_WAIT
         adopted = 0
         while True:
@@ -611,8 +643,11 @@ class PostgresStore:
             assert row is not None
             adopted += int(row[0])
             if not row[1] or time.monotonic() >= deadline:
-                return adopted
+                break
             time.sleep(0.02)
+        parameters = (self.node, self.node, sorted(NODE_NAMESPACES))
+        self._lock_conn.execute(KV_ADOPT_SQL, parameters)
+        return adopted
 
     # ------------------------------------------------------------------ start-up reads
 
@@ -640,7 +675,7 @@ class PostgresStore:
     def kv_load(self, namespace: str) -> dict[str, bytes]:
         """`KeyValueStore.kv_load`: call at start-up, like load(), before the first write."""
         try:
-            rows = self._lock_conn.execute(_KV_LOAD, (namespace,)).fetchall()
+            rows = self._lock_conn.execute(_KV_LOAD, (namespace, self.node)).fetchall()
         except psycopg.Error as exc:
             raise StoreError(f"cannot read the store: {_reason(exc)}") from exc
         records = {key: bytes(value) for key, value in rows}
