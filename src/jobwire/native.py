@@ -48,12 +48,18 @@ MODULES = (
     "jobwire.ports.journal",
     "jobwire.store.redolog",
     "jobwire.store.sqlite",
-    # The OJS binding's push path, its sans-IO parts. The msgspec structs stay in the
-    # interpreted messages.py: msgspec reads their annotations, which mypyc does not keep.
+    # The OJS binding's push path: its sans-IO parts, the HTTP plumbing, the direct
+    # dispatch, the push route and the service with its edges middleware. The msgspec
+    # structs stay in the interpreted messages.py: msgspec reads their annotations, which
+    # mypyc does not keep.
     "jobwire.protocols.ojs.ids",
     "jobwire.protocols.ojs.times",
     "jobwire.protocols.ojs.envelope",
     "jobwire.server.ojs.render",
+    "jobwire.server.ojs.http",
+    "jobwire.server.ojs.direct",
+    "jobwire.server.ojs.jobs",
+    "jobwire.server.ojs.app",
     # The Python SDK's per-job path (client connections, the worker). `client.py` is not
     # among them: mypyc does not compile async generators (`AsyncClient.stream`); its
     # per-job part is `submit.py`'s base class.

@@ -3,7 +3,7 @@
 Everything runs on the engine's event loop, so handlers call the engine directly. Every
 reply to a request that may change something (any method but GET, HEAD and OPTIONS) waits
 at the runtime's commit barrier until what it announces is durable, in one middleware
-(`_edges`): a 201 or an ack 200 means durable, and a commit that fails answers
+(`Edges`): a 201 or an ack 200 means durable, and a commit that fails answers
 503 after the engine has retracted the jobs it carried. Routes live in one module per area
 (jobs, workers, queues, dead letter, events, cron, workflows, admin); this module wires
 them and holds what they share: job submission (with unique jobs, expiry, rate limits),
@@ -17,7 +17,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 from aiohttp import web
@@ -41,7 +41,7 @@ from jobwire.protocols.ojs.retry import RetryPolicy, parse_retry
 from jobwire.protocols.ojs.times import format_time
 from jobwire.protocols.ojs.unique import UniquePolicy
 from jobwire.server.ojs.deadletter_queue import DeadLetter
-from jobwire.server.ojs.edges import Cors, refuse_non_json
+from jobwire.server.ojs.edges import _BODY_METHODS, _JSON_CONTENT_TYPES, Cors, refuse_non_json
 from jobwire.server.ojs.eventkeeper import SAVE_EVERY, EventKeeper
 from jobwire.server.ojs.http import BASE, REQUEST_ID, failure_reply, finish_reply, reply
 from jobwire.server.ojs.liveness import WorkerLiveness
@@ -114,14 +114,21 @@ def wants_dead_letter(job: Job) -> bool:
     )
 
 
-@dataclass(slots=True)
 class Prepared:
-    """A validated PUSH, checked against existing jobs, not yet submitted."""
+    """A validated PUSH, checked against existing jobs, not yet submitted. (Its own
+    `__init__`: mypyc leaves a dataclass's generated one interpreted.)"""
 
-    req: PushRequest
-    policy: UniquePolicy | None = None
-    unique_key: str | None = None
-    existing: Job | None = None  # the job a unique conflict found (ignore / replace)
+    def __init__(
+        self,
+        req: PushRequest,
+        policy: UniquePolicy | None = None,
+        unique_key: str | None = None,
+        existing: Job | None = None,
+    ) -> None:
+        self.req = req
+        self.policy = policy
+        self.unique_key = unique_key
+        self.existing = existing  # the job a unique conflict found (ignore / replace)
 
 
 class OJSService:
@@ -136,8 +143,9 @@ class OJSService:
         self.options = options or OJSOptions()
         self.started = time.time()
         self.workers: dict[str, WorkerSession] = {}
-        #: `_edges` notes each read itself (`_read`), unless a CORS layer sits before it.
-        self._edges_note_read = True
+        #: The OJS edges middleware (`Edges`), made once: the app's middleware list and
+        #: the direct dispatch (`direct.py`) know it by identity.
+        self._edges = Edges(self)
         engine = self.engine
         kv = self._kv = key_value_store(runtime.store)
         self.events = EventLog(self.options.event_log_size, clock=engine.clock)
@@ -238,8 +246,8 @@ class OJSService:
 
         middlewares: list[Any] = []
         if self.options.cors_origins:  # the CORS layer sits between the read and the edges
-            self._edges_note_read = False
-            middlewares += [self._note_read, Cors(self.options.cors_origins).middleware]
+            self._edges.note_read = False
+            middlewares += [NoteRead(self), Cors(self.options.cors_origins).middleware]
         middlewares.append(self._edges)
         app = web.Application(middlewares=middlewares, client_max_size=self.options.max_body)
         r = app.router
@@ -263,17 +271,6 @@ class OJSService:
             module.add_routes(r, self)
         return app
 
-    @web.middleware
-    async def _note_read(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """A request read: the loop polls on a while for the next (`Runtime.note_read`).
-        The passive server of a Binary Star pair answers 503 (`Runtime.admit`). Its own
-        layer only when CORS sits between it and the edges; otherwise `_edges` does this."""
-        refused = self._read()
-        if refused is not None:
-            return refused
-        response: web.StreamResponse = await handler(request)
-        return response
-
     def _read(self) -> web.Response | None:
         """Note a request read; the 503 of a passive server, None when it may be served."""
         runtime = self.runtime
@@ -290,42 +287,8 @@ class OJSService:
         refused.headers["OJS-Version"] = SPEC_VERSION
         return refused
 
-    @web.middleware
-    async def _edges(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """The OJS edges of every request, in one middleware: aiohttp wraps each middleware
-        layer in a partial per request, so three layers (`ojs_middleware`, `json_only` and
-        the commit barrier) cost more than the three checks.
-
-        In order: note the read and refuse it on a passive server (`_read`, here unless
-        CORS is configured); refuse a non-JSON body (415); run the handler; the commit
-        barrier: a reply that may acknowledge a change goes out once the change is durable
-        (at once when nothing was written); and every failure, a failed commit's too,
-        becomes an OJS error body, every reply gets the OJS headers."""
-        if self._edges_note_read:
-            refused = self._read()
-            if refused is not None:
-                return refused
-        request_id = request.headers.get("X-Request-Id") or f"req_{uuid7()}"
-        request[REQUEST_ID] = request_id  # for the node holding a job, if another one
-        try:
-            refuse_non_json(request)
-            response: web.StreamResponse = await handler(request)
-            # Nothing to wait for on a store that commits at once (no coroutine to run).
-            if request.method not in _SAFE_METHODS and self.runtime.durable_store:
-                try:
-                    await self.runtime.durable()
-                except StoreUnavailable:
-                    raise OJSError(
-                        "backend_error", "the store could not commit", status=503, retryable=True
-                    ) from None
-                if self.workflows.reporting:  # a step's end, told to its workflow's node
-                    await self.workflows.reported()
-        except Exception as exc:
-            response = failure_reply(request, exc, request_id)
-        return finish_reply(response, request_id)
-
     @property
-    def edges_middleware(self) -> Any:
+    def edges_middleware(self) -> Edges:
         """The middleware that makes failures OJS error bodies (others go inside it)."""
         return self._edges
 
@@ -654,6 +617,76 @@ class OJSService:
         self.workflows.clear()
         if self.runtime.cluster is not None:
             self.runtime.cluster.forget_interest()
+
+
+class NoteRead:
+    """A request read: the loop polls on a while for the next (`Runtime.note_read`). The
+    passive server of a Binary Star pair answers 503 (`Runtime.admit`). Its own layer only
+    when CORS sits between it and the edges; otherwise `Edges` does this.
+
+    A middleware object rather than a function under `@web.middleware`, which marks the
+    function with an attribute: a compiled (mypyc) function takes none, a class keeps it."""
+
+    __middleware_version__: ClassVar[int] = 1  # what `@web.middleware` sets
+
+    def __init__(self, service: OJSService) -> None:
+        self.service = service
+
+    async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        refused = self.service._read()
+        if refused is not None:
+            return refused
+        response: web.StreamResponse = await handler(request)
+        return response
+
+
+class Edges:
+    """The OJS edges of every request, in one middleware: aiohttp wraps each middleware
+    layer in a partial per request, so three layers (the error layer, the JSON check and
+    the commit barrier) cost more than the three checks.
+
+    In order: note the read and refuse it on a passive server (`OJSService._read`, here
+    unless CORS is configured); refuse a non-JSON body (415); run the handler; the commit
+    barrier: a reply that may acknowledge a change goes out once the change is durable (at
+    once when nothing was written); and every failure, a failed commit's too, becomes an
+    OJS error body, every reply gets the OJS headers. A middleware object, as `NoteRead`."""
+
+    __middleware_version__: ClassVar[int] = 1  # what `@web.middleware` sets
+
+    def __init__(self, service: OJSService) -> None:
+        self.service = service
+        #: Notes each read itself (`_read`), unless a CORS layer sits before it.
+        self.note_read = True
+
+    async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        service = self.service
+        if self.note_read:
+            refused = service._read()
+            if refused is not None:
+                return refused
+        method: str = request.method
+        headers = request.headers
+        request_id: str = headers.get("X-Request-Id") or f"req_{uuid7()}"
+        request[REQUEST_ID] = request_id  # for the node holding a job, if another one
+        try:
+            if method in _BODY_METHODS:  # a JSON type seen before passes at once
+                content_type = headers.get("Content-Type")
+                if content_type is not None and _JSON_CONTENT_TYPES.get(content_type) is not True:
+                    refuse_non_json(request)
+            response: web.StreamResponse = await handler(request)
+            # Nothing to wait for on a store that commits at once (no coroutine to run).
+            if method not in _SAFE_METHODS and service.runtime.durable_store:
+                try:
+                    await service.runtime.durable()
+                except StoreUnavailable:
+                    raise OJSError(
+                        "backend_error", "the store could not commit", status=503, retryable=True
+                    ) from None
+                if service.workflows.reporting:  # a step's end, told to its workflow's node
+                    await service.workflows.reported()
+        except Exception as exc:
+            response = failure_reply(request, exc, request_id)
+        return finish_reply(response, request_id)
 
 
 async def _static(document: dict[str, Any]) -> web.Response:

@@ -5,7 +5,7 @@ For every request aiohttp resolves its route (a match object per request, after 
 of the router's resources), then wraps the handler in each middleware layer and in one
 of its own that sets the current app: a partial and a coroutine per layer (together
 about 5 % of the server's samples under a stream of pushes, py-spy). The OJS edges
-(`OJSService._edges`) are the app's only middleware unless CORS or auth is configured,
+(`app.Edges`) are the app's only middleware unless CORS or auth is configured,
 and the busiest requests (push, fetch, ack) go to plain paths, without variables. So the
 first request to a (method, plain path) takes the usual way, and the route the router
 found for it is kept with a match object made once; later requests to it call the edges
@@ -28,6 +28,9 @@ Edges = Callable[
     Awaitable[web.StreamResponse],
 ]
 
+#: A route kept: its match object, made once, and its handler beside it.
+Route = tuple[UrlMappingMatchInfo, Callable[[web.Request], Awaitable[web.StreamResponse]]]
+
 #: Plain routes kept at most (the app has a few dozen; a bound all the same).
 MAX_ROUTES = 256
 
@@ -37,17 +40,19 @@ def direct_handler(app: web.Application, edges: Edges, usual: RequestHandler) ->
     edges are the app's only middleware."""
     if tuple(app.middlewares) != (edges,):
         return usual
-    known: dict[tuple[str, str], UrlMappingMatchInfo] = {}
+    known: dict[tuple[str, str], Route] = {}
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
-        match_info = known.get((request.method, request.path))
-        if match_info is None or "Expect" in request.headers:
-            response = await usual(request)
+        route = known.get((request.method, request.path))
+        if route is None or "Expect" in request.headers:
+            response: web.StreamResponse = await usual(request)
             _learn(request, app, known)
             return response
         assert isinstance(request, web.Request)
+        match_info, handler = route
         request._match_info = match_info
-        return await edges(request, match_info.handler)
+        reply: web.StreamResponse = await edges(request, handler)
+        return reply
 
     return handle
 
@@ -55,7 +60,7 @@ def direct_handler(app: web.Application, edges: Edges, usual: RequestHandler) ->
 def _learn(
     request: web.BaseRequest,
     app: web.Application,
-    known: dict[tuple[str, str], UrlMappingMatchInfo],
+    known: dict[tuple[str, str], Route],
 ) -> None:
     """Keep the route of a request the router sent to a plain resource of `app` itself."""
     match_info = getattr(request, "_match_info", None)
@@ -72,4 +77,4 @@ def _learn(
     kept = UrlMappingMatchInfo({}, route)
     kept.add_app(app)
     kept.freeze()
-    known[(request.method, request.path)] = kept
+    known[(request.method, request.path)] = (kept, kept.handler)

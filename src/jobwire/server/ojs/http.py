@@ -13,7 +13,6 @@ from aiohttp import web
 
 from jobwire.protocols.json_depth import MAX_DEPTH, too_deep
 from jobwire.protocols.ojs.errors import OJSError, error_body, invalid
-from jobwire.protocols.ojs.ids import uuid7
 from jobwire.protocols.ojs.limits import MAX_INT, MIN_INT
 from jobwire.protocols.ojs.messages import SPEC_VERSION, refused
 from jobwire.server.errors import ERRORS
@@ -41,17 +40,6 @@ def http_error_code(status: int) -> str:
         413: "payload_too_large",
         415: "unsupported_media_type",
     }.get(status, "invalid_request" if status < 500 else "backend_error")
-
-
-@web.middleware
-async def ojs_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
-    """Every reply gets the OJS headers; every failure becomes an OJS error body."""
-    request_id = request.headers.get("X-Request-Id") or f"req_{uuid7()}"
-    try:
-        response: web.StreamResponse = await handler(request)
-    except Exception as exc:
-        response = failure_reply(request, exc, request_id)
-    return finish_reply(response, request_id)
 
 
 def failure_reply(request: web.Request, exc: Exception, request_id: str) -> web.Response:
@@ -91,6 +79,9 @@ def finish_reply(response: web.StreamResponse, request_id: str) -> web.StreamRes
 #: outside 64 bits (the common body has none; two C calls find out).
 _DIGITS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
 _LONG_RUN = b"0" * 19
+#: `_DIGITS` with "[" and "{" as "[" besides: one translation shows both what may nest and
+#: the runs of digits (`plain_json`).
+_PLAIN = bytes(0x5B if i in (0x5B, 0x7B) else c for i, c in enumerate(_DIGITS))
 
 
 #: Seconds a request's body may take to arrive (`--http-body-timeout`); 0: no bound.
@@ -101,14 +92,18 @@ async def read_body(request: web.Request, up_to: int | None = None) -> bytes:
     """The request's body (its first `up_to` bytes), within the body read timeout: a client
     that sends it too slowly gets 408 and its connection is closed after the reply."""
     read = request.read() if up_to is None else request.content.read(up_to)
+    body: bytes
     if request.content.is_eof():  # all of it arrived with the headers: nothing to wait for
-        return await read
+        body = await read
+        return body
     timeout = request.config_dict.get(BODY_TIMEOUT, 0.0)
     if not timeout:
-        return await read
+        body = await read
+        return body
     try:
         async with asyncio.timeout(timeout):
-            return await read
+            body = await read
+            return body
     except TimeoutError:
         request.protocol.keep_alive(False)
         raise OJSError(
@@ -141,9 +136,8 @@ def decode_json(raw: bytes, *, required: bool = True) -> Any:
 def plain_json(raw: bytes) -> bool:
     """True when `raw` cannot nest too deeply or hold an integer beyond 64 bits (so a
     decoder may take it without the checks of `decode_json`): the usual body."""
-    return raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH and _LONG_RUN not in raw.translate(
-        _DIGITS
-    )
+    shape = raw.translate(_PLAIN)
+    return shape.count(b"[") <= MAX_DEPTH and shape.find(_LONG_RUN) < 0
 
 
 def check_integers(body: Any) -> None:
