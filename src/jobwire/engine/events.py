@@ -13,7 +13,6 @@ after the last snapshot.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from jobwire.engine.job import Job, JobState
@@ -240,14 +239,43 @@ class Tally:
 TALLY_EVENTS = (*JOB_EVENTS, "job.expired")
 
 
-@dataclass(frozen=True, slots=True)
+def _state_names() -> tuple[str, ...]:
+    names = [""] * (max(JobState) + 1)
+    for state in JobState:
+        names[state] = state.name.lower()
+    return tuple(names)
+
+
+#: Each job state's name as events show it, by its number (no enum lookup per event).
+_STATE_NAMES = _state_names()
+
+
 class Event:
-    seq: int  # grows by one per event: a cursor for readers
-    type: str
-    time: float
-    subject: str  # the job id, cron name, workflow id, ...
-    queue: str | None
-    data: dict[str, Any] = field(default_factory=dict)
+    """One event as readers see it. A plain class with its own `__init__`: a snapshot makes
+    one per event held, and mypyc leaves a dataclass's generated `__init__` interpreted (a
+    frozen one sets each field through `object.__setattr__`), several times the cost."""
+
+    def __init__(
+        self,
+        seq: int,
+        type: str,
+        time: float,
+        subject: str,
+        queue: str | None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        self.seq = seq  # grows by one per event: a cursor for readers
+        self.type = type
+        self.time = time
+        self.subject = subject  # the job id, cron name, workflow id, ...
+        self.queue = queue
+        self.data: dict[str, Any] = {} if data is None else data
+
+    def __repr__(self) -> str:
+        return (
+            f"Event(seq={self.seq!r}, type={self.type!r}, time={self.time!r},"
+            f" subject={self.subject!r}, queue={self.queue!r}, data={self.data!r})"
+        )
 
 
 class EventLog:
@@ -490,15 +518,16 @@ class EventLog:
         self, types: Collection[str], queues: Collection[str], after: int
     ) -> Iterator[tuple[int, int]]:
         """(sequence number, slot) of each matching event, oldest first."""
-        held = len(self)
+        held = self._held
         size = self._size
         first_seq = self._last_seq - held + 1
+        if after >= first_seq:  # start at the cursor, not at the oldest event held
+            held -= min(held, after - first_seq + 1)
+            first_seq = after + 1
         slot = (self._next - held) % size
         for seq in range(first_seq, first_seq + held):
             here = slot
             slot = 0 if slot + 1 == size else slot + 1
-            if seq <= after:
-                continue
             if types and self._types[here] not in types:
                 continue
             if queues and self._queues[here] not in queues:
@@ -522,7 +551,7 @@ class EventLog:
             "job_type": job.function,
             "queue": self._queues[slot],
             "attempt": self._attempts[slot],
-            "state": self._states[slot].name.lower(),
+            "state": _STATE_NAMES[self._states[slot]],
         }
         ran = self._durations[slot]
         if (kind == "job.completed" or kind == "job.discarded") and ran is not None:
