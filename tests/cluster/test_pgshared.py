@@ -142,6 +142,55 @@ def test_an_ojs_unique_push_conflicts_with_the_job_another_node_holds(
     assert schema.rows("SELECT id FROM {schema}.jobs") == [(job_id,)]
 
 
+def _mail(on_conflict: str, to: str = "ann@example.com") -> dict[str, Any]:
+    return {
+        "type": "mail",
+        "args": [to],
+        "options": {"queue": "mails", "unique": {"on_conflict": on_conflict}},
+    }
+
+
+def test_an_ojs_batch_checks_its_unique_keys_against_the_whole_cluster(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_nodes(nodes, schema, 2, http=True)
+    pushed = api(first).request("POST", "/ojs/v1/jobs", _mail("reject"))
+    assert pushed.status == 201, pushed.raw
+    holder = pushed.body["job"]["id"]
+    plain = {"type": "mail", "args": ["bob@example.com"], "options": {"queue": "mails"}}
+    # reject: the whole batch is refused, naming the job on the first node; nothing is made.
+    batch = {"jobs": [plain, _mail("reject")]}
+    refused = api(second).request("POST", "/ojs/v1/jobs/batch", batch)
+    assert refused.status == 409, refused.raw
+    details = refused.body["error"]["details"]
+    assert (details["index"], details["existing_job_id"]) == (1, holder)
+    assert schema.rows("SELECT id FROM {schema}.jobs") == [(holder,)]
+    # ignore: the batch answers that job in its place, and makes the others.
+    batch = {"jobs": [plain, _mail("ignore")]}
+    joined = api(second).request("POST", "/ojs/v1/jobs/batch", batch)
+    assert joined.status == 201, joined.raw
+    made, answered = joined.body["jobs"]
+    assert answered["id"] == holder and made["id"] != holder
+    ids = {row[0] for row in schema.rows("SELECT id FROM {schema}.jobs")}
+    assert ids == {holder, made["id"]}
+
+
+def test_an_ojs_batchs_unique_keys_hold_for_pushes_on_another_node(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_nodes(nodes, schema, 2, http=True)
+    batch = {"jobs": [_mail("reject", "a@example.com"), _mail("reject", "b@example.com")]}
+    made = api(first).request("POST", "/ojs/v1/jobs/batch", batch)
+    assert made.status == 201, made.raw
+    ids = [job["id"] for job in made.body["jobs"]]
+    refused = api(second).request("POST", "/ojs/v1/jobs", _mail("reject", "b@example.com"))
+    assert refused.status == 409, refused.raw
+    assert refused.body["error"]["details"]["existing_job_id"] == ids[1]
+    again = api(second).request("POST", "/ojs/v1/jobs/batch", batch)
+    assert again.status == 409, again.raw
+    assert again.body["error"]["details"]["existing_job_id"] == ids[0]
+
+
 def test_an_ojs_unique_policy_with_fewer_states_lets_a_push_on_another_node_pass_a_scheduled_holder(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:

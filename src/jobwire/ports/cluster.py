@@ -25,6 +25,10 @@ class ClusterView(Protocol):
     async def find_job(self, job_id: str) -> Job | None:
         """A copy of the job with this id held by another node or by none (not finished)."""
 
+    async def key_holders(self, keys: list[str]) -> dict[str, str]:
+        """Of these unique keys (`jobwire.store.sharedkeys.shared_key`), those a job on
+        another node holds in the cluster's index: key -> that job's id."""
+
     async def elsewhere(self) -> Counts:
         """Jobs not held by this node, by function and queue."""
 

@@ -134,6 +134,9 @@ CLAIM_BY_FUNCTION = _CLAIM.format(column="function", pending=int(JobState.PENDIN
 CLAIM_BY_QUEUE = _CLAIM.format(column="queue", pending=int(JobState.PENDING), stored=_STORED)
 
 #: A job by id, wherever it is (the row of a job this node holds is older than the engine's).
+KEY_HOLDERS_SQL = (
+    "SELECT ukey, id FROM jobs WHERE ukey = ANY(%s::text[]) AND owner IS DISTINCT FROM %s"
+)
 FIND_SQL = f"SELECT {_STORED} FROM jobs WHERE id = %s AND owner IS DISTINCT FROM %s LIMIT 1"
 #: Jobs this node does not hold, by function and queue: (function, queue, jobs, running).
 ELSEWHERE_SQL = f"""
@@ -427,6 +430,10 @@ class ClusterNode:
     async def find_job(self, job_id: str) -> Job | None:
         rows = await self._reads.fetch(FIND_SQL, (job_id, self.node))
         return detached_job(StoredJob(*rows[0])) if rows else None
+
+    async def key_holders(self, keys: list[str]) -> dict[str, str]:
+        rows = await self._reads.fetch(KEY_HOLDERS_SQL, (keys, self.node))
+        return {str(key): str(job_id) for key, job_id in rows}
 
     async def elsewhere(self) -> Counts:
         rows = await self._reads.fetch(ELSEWHERE_SQL, (self.node,))

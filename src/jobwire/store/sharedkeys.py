@@ -34,8 +34,13 @@ def shared_key(job: Job) -> str | None:
     if ext is not None and ext.get(OJS_SHARED):
         fingerprint = ext.get("unique_key")
         if isinstance(fingerprint, str):
-            return f"o\x1f{fingerprint}"
+            return ojs_key(fingerprint)
     return None
+
+
+def ojs_key(fingerprint: str) -> str:
+    """The index's key of an OJS unique fingerprint."""
+    return f"o\x1f{fingerprint}"
 
 
 #: Notifications of shared state, on the cluster's channel (work notifications are

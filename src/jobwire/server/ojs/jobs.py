@@ -13,6 +13,7 @@ from jobwire.protocols.ojs.envelope import PushRequest, parse_plain_push, parse_
 from jobwire.protocols.ojs.errors import OJSError, invalid
 from jobwire.protocols.ojs.limits import MAX_BATCH
 from jobwire.server.ojs.app import Prepared, illegal
+from jobwire.server.ojs.batchkeys import BatchKeys
 from jobwire.server.ojs.http import (
     BASE,
     decode_json,
@@ -159,23 +160,47 @@ class JobRoutes:
                     details={"index": index, **(exc.details or {})},
                 ) from None
             plans.append(plan)
-        created = []
+        cluster = self.service.runtime.cluster
+        shared = BatchKeys(self.service, cluster, plans) if cluster is not None else None
+        if shared is not None:
+            await shared.check()  # the keys jobs on other nodes hold, before any is made
+        created: dict[int, tuple[Job, bool]] = {}
         try:
-            for plan in plans:
-                created.append(self.service.commit(plan, share_unique=False))
+            for index, plan in enumerate(plans):
+                if shared is None or index not in shared.answered:
+                    share = shared is not None and shared.shares(index)
+                    created[index] = self.service.commit(plan, share_unique=share)
         except OJSError:
-            self._undo(created)  # so the batch stays all or nothing
+            self._undo(list(created.values()))  # so the batch stays all or nothing
             raise
+        made = {index: job for index, (job, _) in created.items()}
+        if shared is not None:
+            new = {index: job for index, (job, is_new) in created.items() if is_new}
+            try:
+                kept = await shared.settle(new)  # each held until its key is settled
+            except OJSError:
+                self._undo(list(created.values()))
+                raise
+            for index in new:
+                if index in kept:
+                    made[index] = kept[index]
+                else:
+                    del made[index]  # answered by the job on another node that took its key
         for queue in {plan.req.queue for plan in plans if plan.req.rate_limit is not None}:
             await self.service.rate_limit_shared(queue)
-        jobs = [job_json(job) for job, _ in created]
+        jobs = [
+            shared.answered[index]
+            if shared is not None and index in shared.answered
+            else job_json(made[index])
+            for index in range(len(plans))
+        ]
         return reply({"jobs": jobs, "count": len(jobs)}, 201)
 
     def _undo(self, created: list[tuple[Job, bool]]) -> None:
         """A job of the batch was refused after others were created: drop those."""
         engine = self.service.engine
         for job, is_new in created:
-            if is_new and not job.state.terminal:
+            if is_new and not job.state.terminal and engine.jobs.get(job.id) is job:
                 engine.cancel(job)
                 engine.forget(job)
 
