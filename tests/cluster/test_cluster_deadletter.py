@@ -83,3 +83,24 @@ def test_a_node_started_later_keeps_its_own_entries_and_a_gone_nodes(
     assert retried.status == 200, retried.raw
     for node in (first, late):
         assert _listed(node) == [orphaned]
+
+
+def test_the_entries_of_a_node_that_died_are_taken_over_by_a_running_one(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    (dying, _), first, second = runners(nodes, schema, "--node-lease", "2")
+    orphaned = _fail_on(first, "dead-e", first)
+    assert _listed(second) == [orphaned]  # asked of the first node
+    dying.kill()
+    # Until the second node finds the first dead, a list asks it in vain (503); then the
+    # entry is the second node's own: listed, and retried.
+
+    def listed_alone() -> bool | None:
+        got = second.request("GET", "/ojs/v1/dead-letter")
+        assert got.status in (200, 503), got.raw
+        return (got.status == 200 and [job["id"] for job in got.body["jobs"]] == [orphaned]) or None
+
+    wait_until(listed_alone, "the entry taken over", 90)
+    retried = second.request("POST", f"/ojs/v1/dead-letter/{orphaned}/retry")
+    assert retried.status == 200, retried.raw
+    assert _listed(second) == []

@@ -146,3 +146,52 @@ def test_an_unknown_workflow_is_not_found_on_any_node(
         for method in ("GET", "DELETE"):
             got = node.request(method, f"/ojs/v1/workflows/{missing}")
             assert (got.status, got.body["error"]["code"]) == (404, "not_found"), got.raw
+
+
+def test_a_workflow_whose_node_died_is_taken_over_and_moves_on(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    (keeper, _), first, second = runners(nodes, schema, "--node-lease", "2")
+    steps = [_step("wf.orphan", "wf-orphan", order) for order in range(2)]
+    flow = _create(first, {"type": "chain", "name": "orphaned", "steps": steps})
+    keeper.kill()  # the node keeping the workflow dies; the second finds it dead
+    taken = wait_until(
+        lambda: (
+            (got := second.request("GET", f"/ojs/v1/workflows/{flow['id']}")).status == 200
+            and got.body["workflow"]
+        ),
+        "the workflow taken over",
+        90,
+    )
+    assert (taken["state"], taken["steps_completed"]) == ("running", 0), taken
+    for order in range(2):
+        job = _fetch(second, "wf-orphan")
+        assert job["args"] == [order], job
+        _ack(second, job["id"], {"done": order})
+    done = _workflow(second, flow["id"])
+    assert (done["state"], done["jobs_completed"]) == ("completed", 2), done
+
+
+def test_a_step_that_ends_while_its_workflows_node_is_dead_reaches_the_node_taking_over(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    # The default lease: the end keeps trying for as long as finding the node dead takes.
+    (keeper, _), first, second = runners(nodes, schema, "--node-lease", "15")
+    steps = [_step("wf.late", "wf-late", order) for order in range(2)]
+    flow = _create(first, {"type": "chain", "name": "late", "steps": steps})
+    job = _fetch(second, "wf-late")
+    keeper.kill()
+    _ack(second, job["id"], {"done": 0})  # its end cannot reach the workflow's node now
+
+    def next_step() -> dict[str, Any] | None:
+        asked = {"queues": ["wf-late"], "worker_id": "w-b"}
+        fetched = second.request("POST", "/ojs/v1/workers/fetch", asked)
+        assert fetched.status == 200, fetched.raw
+        jobs: list[dict[str, Any]] = fetched.body["jobs"]
+        return jobs[0] if jobs else None
+
+    later = wait_until(next_step, "the chain's next step", 100)
+    assert (later["args"], later.get("parent_results")) == ([1], [{"done": 0}]), later
+    _ack(second, later["id"], {"done": 1})
+    done = _workflow(second, flow["id"])
+    assert (done["state"], done["jobs_completed"]) == ("completed", 2), done

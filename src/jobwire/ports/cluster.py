@@ -55,6 +55,10 @@ class ClusterView(Protocol):
         """Call `hook` with each job this node takes from the shared queue or from another
         node, as it enters the engine (before any worker can get it)."""
 
+    def watch_adopted_records(self, hook: Callable[[str, dict[str, bytes]], None]) -> None:
+        """Call `hook(namespace, records)` with the key-value records of a node gone that
+        this node took over while it runs (its workflows and dead letters)."""
+
     def attach_cron(self, cron: CronScheduler) -> None:
         """Share the registrations and fire each tick on one node only."""
 

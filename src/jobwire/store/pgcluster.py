@@ -134,6 +134,17 @@ CLAIM_BY_FUNCTION = _CLAIM.format(column="function", pending=int(JobState.PENDIN
 CLAIM_BY_QUEUE = _CLAIM.format(column="queue", pending=int(JobState.PENDING), stored=_STORED)
 
 #: A job by id, wherever it is (the row of a job this node holds is older than the engine's).
+#: Namespaces of the key-value records a running node takes over from a node gone (the
+#: event log's chunks wait for a node that starts: `jobwire.store.postgres.KV_ADOPT_SQL`).
+RUNTIME_ADOPTED = ["dead_letter", "workflow"]
+#: Take them (parameters: the node, the namespaces, the node). Two nodes at once: the
+#: second finds the rows' owner alive once the first's update commits, and skips them.
+ADOPT_RECORDS_SQL = """
+UPDATE kv SET owner = %s
+WHERE namespace = ANY(%s) AND owner NOT IN (0, %s)
+AND NOT EXISTS (SELECT 1 FROM nodes WHERE nodes.id = kv.owner)
+RETURNING namespace, key, value
+"""
 KEY_HOLDERS_SQL = (
     "SELECT ukey, id FROM jobs WHERE ukey = ANY(%s::text[]) AND owner IS DISTINCT FROM %s"
 )
@@ -223,6 +234,7 @@ class ClusterNode:
         #: Told of each job this node claims from the shared queue (the OJS binding arms
         #: its expiry, or expires it at once).
         self._claim_hooks: list[Callable[[Job], None]] = []
+        self._record_hooks: list[Callable[[str, dict[str, bytes]], None]] = []
         self._beat = Connection(store.dsn)
         self._claims = Connection(store.dsn)
         self._reads = Connection(store.dsn)  # status queries
@@ -485,6 +497,7 @@ class ClusterNode:
             )
             return
         peers = int(rows[0][0])
+        gone = peers < self.peers
         if peers != self.peers:
             log.info("cluster: %d nodes", peers + 1)
             self.peers = peers
@@ -503,6 +516,8 @@ class ClusterNode:
                 dead,
                 requeued,
             )
+        if (dead or gone) and self._record_hooks:
+            await self._adopt_records()
         if self.store.keys_left < KEY_BLOCK // 2:
             await self._take_keys()
 
@@ -679,6 +694,28 @@ class ClusterNode:
 
     def watch_claims(self, hook: Callable[[Job], None]) -> None:
         self._claim_hooks.append(hook)
+
+    def watch_adopted_records(self, hook: Callable[[str, dict[str, bytes]], None]) -> None:
+        self._record_hooks.append(hook)
+
+    async def _adopt_records(self) -> None:
+        """A node went (found dead, or left): its workflows and dead letters become this
+        node's, unless another live node took them first (a row lock and a second look)."""
+        rows = await self._beat.fetch(ADOPT_RECORDS_SQL, (self.node, RUNTIME_ADOPTED, self.node))
+        if not rows:
+            return
+        adopted: dict[str, dict[str, bytes]] = {}
+        for namespace, key, value in rows:
+            adopted.setdefault(str(namespace), {})[str(key)] = bytes(value)
+        log.warning(
+            "cluster: took over %s of nodes gone",
+            ", ".join(
+                f"{len(records)} {namespace} record(s)" for namespace, records in adopted.items()
+            ),
+        )
+        for namespace, records in adopted.items():
+            for hook in self._record_hooks:
+                hook(namespace, records)
 
     # ------------------------------------------------------------------ claims
 

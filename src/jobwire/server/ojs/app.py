@@ -197,6 +197,7 @@ class OJSService:
             self.runtime.cluster.attach_rate_limits(self.rate_limits.set)
             self.keyed_limits.share(self.runtime.cluster, self.engine.observers)
             self.runtime.cluster.watch_claims(self._claimed)
+            self.runtime.cluster.watch_adopted_records(self._records_adopted)
         if restored:
             log.info("restored %d cron registrations", restored)
         restored = self.dead_letter.load()
@@ -518,6 +519,15 @@ class OJSService:
         self, req: PushRequest, extra_ext: dict[str, Any] | None = None, origin: int = ORIGIN_OJS
     ) -> tuple[Job, bool]:
         return self.commit(self.prepare(req), extra_ext, origin)
+
+    def _records_adopted(self, namespace: str, records: dict[str, bytes]) -> None:
+        """A cluster node went: its workflows and dead letters are this node's now."""
+        from jobwire.server.ojs import deadletter_queue, workflows
+
+        if namespace == workflows.NAMESPACE:
+            self.workflows.adopt(records)
+        elif namespace == deadletter_queue.NAMESPACE:
+            self.dead_letter.adopt(records)
 
     def _claimed(self, job: Job) -> None:
         """A job another node wrote, now this node's: its expiry holds here. One past its

@@ -45,17 +45,22 @@ class DeadLetter:
 
     def load(self) -> int:
         """The entries the store kept (start-up), oldest first; returns how many."""
-        if self.kv is None:
-            return 0
+        return self.adopt(self.kv.kv_load(NAMESPACE)) if self.kv is not None else 0
+
+    def adopt(self, stored: dict[str, bytes]) -> int:
+        """Keep these stored entries (at start-up, or a cluster node gone), in the order
+        the jobs were discarded; returns how many."""
         records = []
-        for key, raw in self.kv.kv_load(NAMESPACE).items():
+        for key, raw in stored.items():
             try:
                 records.append(json.loads(raw))
             except ValueError as exc:
                 log.error("dead letter entry %r cannot be restored: %s", key, exc)
-        for record in sorted(records, key=lambda r: (r.get("finished_at") or 0, r["id"])):
+        for record in records:
             job = _job_of(record)
             self._jobs[job.id] = job
+        ordered = sorted(self._jobs.values(), key=lambda job: (job.finished_at or 0, job.id))
+        self._jobs = {job.id: job for job in ordered}
         return len(records)
 
     def __len__(self) -> int:

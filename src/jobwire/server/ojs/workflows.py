@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,8 +58,10 @@ NAMESPACE = "workflow"
 RUNNING, COMPLETED, FAILED, CANCELLED = "running", "completed", "failed", "cancelled"
 #: Seconds a finished workflow stays visible when the engine retains nothing.
 DEFAULT_RETENTION = 3600.0
-#: Tries at telling a workflow's node of a step's end, while that node does not answer.
-REPORT_TRIES = 3
+#: Seconds a step's end keeps trying to reach its workflow's node while no node answers
+#: for the workflow: long enough for a node that died to be found dead (`--node-lease`,
+#: default 15 s) and its workflows taken over by another.
+REPORT_PATIENCE = 90.0
 #: Seconds a reply waits at most for its steps' ends to reach their workflows' nodes.
 REPORT_WAIT = 15.0
 
@@ -129,9 +132,12 @@ class Workflows:
         return list(self._flows.values())
 
     def load(self) -> None:
-        if self.kv is None:
-            return
-        for key, raw in self.kv.kv_load(NAMESPACE).items():
+        if self.kv is not None:
+            self.adopt(self.kv.kv_load(NAMESPACE))
+
+    def adopt(self, records: dict[str, bytes]) -> None:
+        """Keep these stored workflows (at start-up, or a cluster node gone)."""
+        for key, raw in records.items():
             try:
                 flow = Workflow(**json.loads(raw))
             except (TypeError, ValueError) as exc:
@@ -244,15 +250,18 @@ class Workflows:
         except StoreUnavailable:
             return  # the end was not committed: the job runs again, and ends again
         operations = self.service.operations
-        for attempt in range(REPORT_TRIES):
+        deadline = time.monotonic() + REPORT_PATIENCE
+        pause = 0.5
+        while True:
             try:
                 answer = await operations.run_by_id("workflow.step", flow_id, outcome, None)
                 status = answer.status
-            except OJSError as exc:  # refused here: no live node keeps the workflow, or its
-                status = exc.status  # node did not answer in time (503)
-            if status != 503:
+            except OJSError as exc:  # refused here: no live node keeps the workflow (404:
+                status = exc.status  # its node died and none took it over yet), or its
+            if status not in (404, 503) or time.monotonic() >= deadline:  # node is silent
                 break
-            await asyncio.sleep(attempt + 1)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 5.0)
         if status >= 400:
             log.warning(
                 "workflow %s: the end of its step %s reached no node keeping it (%d)",
@@ -281,6 +290,8 @@ class Workflows:
             raise OJSError("invalid_request", "a step's end needs step, job_id and state") from None
         if not state.terminal:
             raise OJSError("invalid_request", f"job {job_id} has not ended")
+        if 0 <= index < len(flow.outcomes) and flow.outcomes[index] == state.name.lower():
+            return reply({"workflow": flow.to_json()})  # told again: its answer was lost
         self._step_ended(flow, index, job_id, state, outcome.get("result"))
         return reply({"workflow": flow.to_json()})
 
