@@ -53,6 +53,7 @@ from jobwire.store.postgres import (
     _STORED,
     CONNECT_TIMEOUT,
     KEY_BLOCK,
+    NODE_NAMESPACES,
     RECONNECT_MAX,
     RECONNECT_MIN,
     PostgresStore,
@@ -133,10 +134,9 @@ RETURNING {stored}, client_node
 CLAIM_BY_FUNCTION = _CLAIM.format(column="function", pending=int(JobState.PENDING), stored=_STORED)
 CLAIM_BY_QUEUE = _CLAIM.format(column="queue", pending=int(JobState.PENDING), stored=_STORED)
 
-#: A job by id, wherever it is (the row of a job this node holds is older than the engine's).
 #: Namespaces of the key-value records a running node takes over from a node gone (the
 #: event log's chunks wait for a node that starts: `jobwire.store.postgres.KV_ADOPT_SQL`).
-RUNTIME_ADOPTED = ["dead_letter", "workflow"]
+RUNTIME_ADOPTED = sorted(NODE_NAMESPACES - {"events"})
 #: Take them (parameters: the node, the namespaces, the node). Two nodes at once: the
 #: second finds the rows' owner alive once the first's update commits, and skips them.
 ADOPT_RECORDS_SQL = """
@@ -148,6 +148,7 @@ RETURNING namespace, key, value
 KEY_HOLDERS_SQL = (
     "SELECT ukey, id FROM jobs WHERE ukey = ANY(%s::text[]) AND owner IS DISTINCT FROM %s"
 )
+#: A job by id, wherever it is (the row of a job this node holds is older than the engine's).
 FIND_SQL = f"SELECT {_STORED} FROM jobs WHERE id = %s AND owner IS DISTINCT FROM %s LIMIT 1"
 #: Jobs this node does not hold, by function and queue: (function, queue, jobs, running).
 ELSEWHERE_SQL = f"""

@@ -231,11 +231,8 @@ class WorkerRoutes:
         cluster, every node's, each with the `nodes` it is connected to."""
         protocol = request.query.get("protocol") or None
         workers = self._workers_here(protocol)
-        remote = self.service.runtime.remote
-        if remote is None:
+        if self.service.runtime.remote is None:
             return reply({"workers": workers, "count": len(workers)})
-        for row in workers:
-            row["nodes"] = [remote.node]
         for theirs in await self.service.operations.from_every_node(
             "workers.list", "", {"protocol": protocol}
         ):
@@ -244,21 +241,23 @@ class WorkerRoutes:
         return reply({"workers": merged, "count": len(merged)})
 
     def _workers_here(self, protocol: str | None) -> list[dict[str, Any]]:
+        """This node's workers; on a cluster each with this node's id in its `nodes`."""
         sessions = list(self.service.workers.values())
         sessions += [s for s in self.engine.workers.values() if s.protocol != "ojs"]
         if protocol:
             sessions = [s for s in sessions if s.protocol == protocol]
-        return [worker_json(s) for s in sessions]
+        workers = [worker_json(s) for s in sessions]
+        remote = self.service.runtime.remote
+        if remote is not None:
+            for row in workers:
+                row["nodes"] = [remote.node]
+        return workers
 
     def _list_for_another_node(self, _key: str, arguments: Any) -> web.Response:
-        """The operation `workers.list`: this node's workers, each with this node's id."""
+        """The operation `workers.list`: this node's workers, for another node."""
         asked = arguments if isinstance(arguments, dict) else {}
         protocol = asked.get("protocol")
         workers = self._workers_here(protocol if isinstance(protocol, str) else None)
-        remote = self.service.runtime.remote
-        assert remote is not None
-        for row in workers:
-            row["nodes"] = [remote.node]
         return reply({"workers": workers})
 
     # ------------------------------------------------------------------ fetch
