@@ -56,6 +56,7 @@ from jobwire.store.postgres import (
     NODE_NAMESPACES,
     RECONNECT_MAX,
     RECONNECT_MIN,
+    SESSION_SQL,
     PostgresStore,
     _reason,
 )
@@ -186,9 +187,11 @@ class Connection:
     async def get(self) -> psycopg.AsyncConnection[Any]:
         conn = self.conn
         if conn is None or conn.broken or conn.closed:
-            self.conn = conn = await psycopg.AsyncConnection.connect(
+            conn = await psycopg.AsyncConnection.connect(
                 self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, prepare_threshold=0
             )
+            await conn.execute(SESSION_SQL)  # no plan kept from when the tables were small
+            self.conn = conn
         return conn
 
     async def fetch(self, statement: str, parameters: Any) -> list[tuple[Any, ...]]:
