@@ -21,6 +21,10 @@ Phases, each for every system, rounds interleaved (system order rotates per roun
              16 slots runs them; jobs/s from the first enqueue to the last job's start.
   latency    one job at a time on an idle worker: enqueue (serial API) to the task's start;
              the task sends its CLOCK_MONOTONIC time back over UDP. p50/p95.
+  gearbench  jobwire only: the server's durable enqueue with the fast client of the Gearman
+             comparisons (gearbench, C): 4 connections, 256 submits in flight each, --jobs
+             x 5 jobs; the client's own CPU is small, so this is the server's and database's
+             rate, where `pipelined` is the Python client's.
   fg         jobwire only: a foreground round trip (`Client.submit`, waits for the result);
              with several nodes the client talks to node 1 and the worker to the last node.
 
@@ -69,7 +73,7 @@ REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 from e2e import Group, managed_group, percentile, read_counters, record, tree_cpu  # noqa: E402
-from harness import ensure_venv, free_port  # noqa: E402
+from harness import build_gearbench, ensure_venv, free_port  # noqa: E402
 
 PEERS_VENV = BENCH / ".venv-pg-peers"
 PEERS_PYTHON = PEERS_VENV / "bin" / "python"
@@ -85,8 +89,11 @@ SLOTS = 16
 E2E_WARMUP = 200
 LATENCY_WARMUP = 20
 DEADLINE = 900.0
-PHASES = ["serial", "batch", "pipelined", "e2e", "latency", "fg"]
-JOBWIRE_ONLY = {"pipelined", "fg"}
+PHASES = ["serial", "batch", "pipelined", "gearbench", "e2e", "latency", "fg"]
+JOBWIRE_ONLY = {"pipelined", "gearbench", "fg"}
+#: gearbench's connections and submits in flight on each.
+GEARBENCH_CLIENTS = 4
+GEARBENCH_PIPELINE = 256
 DATAGRAM = struct.Struct("<d")
 
 
@@ -722,6 +729,9 @@ def run_phase(phase_name: str, system: System, rnd: int, ctx: Context) -> Result
 
 def measure(name: str, phase: Phase, result: Result) -> None:
     args = phase.args
+    if name == "gearbench":
+        measure_gearbench(phase, result)
+        return
     jobs = {"serial": args.serial_jobs, "latency": args.latency_jobs, "fg": args.latency_jobs}
     result.jobs = jobs.get(name, args.jobs)
     workers = name in ("e2e", "latency", "fg")
@@ -770,6 +780,28 @@ def measure(name: str, phase: Phase, result: Result) -> None:
             with contextlib.suppress(subprocess.TimeoutExpired, OSError):
                 client.finish()
         phase.group.stop(client.proc, grace=5)
+
+
+def measure_gearbench(phase: Phase, result: Result) -> None:
+    """gearbench's enqueue against node 1 (waits for every JOB_CREATED, each after its
+    commit); the database sampled around it."""
+    result.jobs = phase.args.jobs * 5
+    host, _, port = phase.servers[0][0].rpartition(":")
+    cmd = [str(build_gearbench()), "--host", host, "--port", port, "--mode", "enqueue"]
+    cmd += ["--clients", str(GEARBENCH_CLIENTS), "--pipeline", str(GEARBENCH_PIPELINE)]
+    cmd += ["--jobs", str(result.jobs), "--func", TASK]
+    pids = phase.pids()
+    py0, before = tree_cpu(pids), phase.db.sample()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=DEADLINE)
+    after, py1 = phase.db.sample(), tree_cpu(pids)
+    if done.returncode:
+        raise RuntimeError(f"gearbench: {done.stderr[-500:]}")
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    if report.get("errors") or not report.get("complete"):
+        raise RuntimeError(f"gearbench: {report}")
+    result.per_s = float(report["jobs_per_s"])
+    result.costs = Database.costs(before, after, result.jobs)
+    result.costs["py_cpu_us"] = (py1 - py0) / result.jobs * 1e6
 
 
 @dataclass
@@ -917,16 +949,20 @@ def ratios(results: Sequence[Result]) -> list[str]:
     for row in results:
         if not row.error and row.per_s:
             by_round.setdefault(row.round, {})[(row.system, row.phase)] = row.per_s
-    enqueue, e2e = [], []
+    enqueue, served, e2e = [], [], []
     for rates in by_round.values():
         ours = max(rates.get(("jobwire", "batch"), 0), rates.get(("jobwire", "pipelined"), 0))
         if ours and rates.get(("pgqueuer", "batch")):
             enqueue.append(f"{ours / rates[('pgqueuer', 'batch')]:.2f}")
+        if rates.get(("jobwire", "gearbench")) and rates.get(("pgqueuer", "batch")):
+            served.append(f"{rates[('jobwire', 'gearbench')] / rates[('pgqueuer', 'batch')]:.2f}")
         if rates.get(("jobwire", "e2e")) and rates.get(("pgqueuer", "e2e")):
             e2e.append(f"{rates[('jobwire', 'e2e')] / rates[('pgqueuer', 'e2e')]:.1f}")
     lines = []
     if enqueue:
         lines.append(f"  per round, durable enqueue / pgqueuer's batched: {', '.join(enqueue)}")
+    if served:
+        lines.append(f"  per round, gearbench's enqueue / pgqueuer's batched: {', '.join(served)}")
     if e2e:
         lines.append(f"  per round, end to end / pgqueuer's: {', '.join(e2e)}")
     return lines
@@ -953,6 +989,13 @@ def targets(
         lines.append(
             f"  durable enqueue >= 2x pgqueuer's batched and >= 40,000/s: {enqueue:,.0f}/s ="
             f" {enqueue / pgq:.2f}x pgqueuer's {pgq:,.0f}/s: {verdict(enqueue, ok)}"
+        )
+    served = get("jobwire", "gearbench", "per_s")
+    if served is not None and pgq:
+        ok = served >= 2 * pgq and served >= 40_000
+        lines.append(
+            f"  the same with the C client (gearbench): {served:,.0f}/s ="
+            f" {served / pgq:.2f}x: {verdict(served, ok)}"
         )
     e2e, pgq_e2e = get("jobwire", "e2e", "per_s"), get("pgqueuer", "e2e", "per_s")
     if e2e is not None and pgq_e2e:
