@@ -8,11 +8,14 @@ generous deadline; nothing depends on how long anything takes.
 from __future__ import annotations
 
 import json
+import os
+import signal
 from typing import Any
 
 import pytest
 
 from tests.cluster.conftest import start_nodes
+from tests.cluster.test_pgcluster import sleeping_worker, wake_and_grab
 from tests.interop.gearman_raw import Cmd, GearmanSocket, wait_until
 from tests.ojs.dsl import Runner
 from tests.pg import Schema
@@ -92,28 +95,170 @@ def test_a_unique_job_waits_for_its_key_then_runs_and_frees_it(
     assert schema.rows("SELECT id FROM {schema}.jobs") == [(again,)]
 
 
-def test_a_foreground_unique_job_a_node_cannot_run_reaches_its_client_from_another(
+def follows(node: ServerProcess, handle: str) -> bool:
+    """Whether `node`'s clients of `handle`, a job another node holds, hear of it from now on
+    (logged at DEBUG once it is arranged)."""
+    return f"clients here follow job {handle}" in node.log()
+
+
+def test_foreground_clients_on_two_nodes_of_one_unique_key_share_one_run(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:
-    first, second = start_nodes(nodes, schema, 2)
-    with GearmanSocket(second) as worker, GearmanSocket(first) as client:
-        worker.send(Cmd.CAN_DO, "fg-unique")
-        assert worker.grab().type == Cmd.NO_JOB
-        worker.send(Cmd.PRE_SLEEP)
+    first, second = start_nodes(nodes, schema, 2, "--verbose", "DEBUG")
+    with GearmanSocket(first) as one, GearmanSocket(second) as other:
+        handle = one.submit_fg("shared-fg", "asked first", unique="the-key")
+        # Held until the key is settled, then named after the job that holds it.
+        assert other.submit_fg("shared-fg", "asked second", unique="the-key") == handle
+        wait_until(lambda: follows(second, handle), "the second node's client follows it")
+        # One worker, on the second node: it runs the first node's job, once.
+        with sleeping_worker(second, "shared-fg") as worker:
+            assert worker.expect(Cmd.NOOP)
+            assigned = worker.grab()
+            assert (assigned.args[0].decode(), assigned.args[-1]) == (handle, b"asked first")
+            worker.send(Cmd.WORK_STATUS, handle, "1", "2")
+            worker.send(Cmd.WORK_DATA, handle, "part")
+            worker.send(Cmd.WORK_COMPLETE, handle, "answer")
+            for client in (one, other):
+                assert client.expect(Cmd.WORK_STATUS).args == (handle.encode(), b"1", b"2")
+                assert client.expect(Cmd.WORK_DATA).args == (handle.encode(), b"part")
+                assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"answer")
+            assert worker.grab().type == Cmd.NO_JOB  # nothing else to run: it ran once
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "done")
+    with GearmanSocket(second) as client:  # its key went with it
+        assert client.submit_bg("shared-fg", "again", unique="the-key") != handle
+
+
+def test_the_same_unique_key_submitted_in_the_foreground_on_two_nodes_at_once_runs_once(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_nodes(nodes, schema, 2, "--verbose", "DEBUG")
+    keys = [f"key-{n}" for n in range(20)]
+    with GearmanSocket(first) as one, GearmanSocket(second) as other:
+        # Both nodes get every submit before either answers: their batches race for the keys.
+        for key in keys:
+            one.send(Cmd.SUBMIT_JOB, "fg-race", key, f"one {key}")
+            other.send(Cmd.SUBMIT_JOB, "fg-race", key, f"other {key}")
+        handles = [created(one) for _ in keys]
+        assert [created(other) for _ in keys] == handles
+        assert len(set(handles)) == len(keys)
+        for handle in handles:  # the clients of the node that lost the key follow the job
+            wait_until(lambda h=handle: follows(first, h) or follows(second, h), "followed")
+        ran: dict[str, bytes] = {}
+        with GearmanSocket(second) as worker:
+            worker.send(Cmd.CAN_DO, "fg-race")
+            while len(ran) < len(keys):
+                assigned = worker.grab()
+                if assigned.type == Cmd.NO_JOB:  # its node claims for it meanwhile
+                    worker.send(Cmd.PRE_SLEEP)
+                    assert worker.expect(Cmd.NOOP)
+                    continue
+                handle, payload = assigned.args[0].decode(), assigned.args[-1]
+                assert handle not in ran  # each once
+                ran[handle] = payload
+                worker.send(Cmd.WORK_COMPLETE, handle, payload.upper())
+            assert worker.grab().type == Cmd.NO_JOB
+        assert sorted(ran) == sorted(handles)
+        expected = {(handle.encode(), payload.upper()) for handle, payload in ran.items()}
+        for client in (one, other):
+            got = {client.expect(Cmd.WORK_COMPLETE).args for _ in keys}
+            assert got == expected
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "done")
+
+
+def test_a_foreground_client_joins_a_background_job_running_on_another_node(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_nodes(nodes, schema, 2, "--verbose", "DEBUG")
+    with sleeping_worker(second, "fg-unique") as worker, GearmanSocket(first) as client:
         with GearmanSocket(second) as other:  # a background job with the key, there
             background = other.submit_bg("fg-unique", "queued", unique="same")
         assert worker.expect(Cmd.NOOP)
         assert worker.grab().args[0].decode() == background
-        # Coalesced on its own node only: its client waits there, for a job of its own.
-        handle = client.submit_fg("fg-unique", "asked", unique="same")
-        assert handle != background
-        worker.send(Cmd.PRE_SLEEP)
+        # The foreground submit on the other node joins it, as it would on one node.
+        assert client.submit_fg("fg-unique", "asked", unique="same") == background
+        wait_until(lambda: follows(first, background), "the client follows it")
+        worker.send(Cmd.WORK_DATA, background, "part")
+        worker.send(Cmd.WORK_COMPLETE, background, "answer")
+        assert client.expect(Cmd.WORK_DATA).args == (background.encode(), b"part")
+        assert client.expect(Cmd.WORK_COMPLETE).args == (background.encode(), b"answer")
+        worker.send(Cmd.PRE_SLEEP)  # and nothing else was made to run
+        assert worker.grab().type == Cmd.NO_JOB
+
+
+def test_a_client_following_a_job_whose_node_died_hears_of_its_run_elsewhere(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    doomed, survivor = start_nodes(nodes, schema, 2, "--node-lease", "2", "--verbose", "DEBUG")
+    with GearmanSocket(doomed) as holder, GearmanSocket(survivor) as client:
+        holder.send(Cmd.CAN_DO, "fragile-key")
+        with GearmanSocket(doomed) as other:
+            handle = other.submit_bg("fragile-key", "payload", unique="k")
+        assert holder.grab().args[0].decode() == handle  # running there
+        assert client.submit_fg("fragile-key", "asked", unique="k") == handle
+        wait_until(lambda: follows(survivor, handle), "the client follows it")
+        with sleeping_worker(survivor, "fragile-key") as worker:
+            doomed.kill()  # SIGKILL: its lease runs out, its job goes back to the shared queue
+            assert wake_and_grab(worker) == (handle, b"payload")
+            worker.send(Cmd.WORK_COMPLETE, handle, "answer")
+            assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"answer")
+
+
+def test_a_client_following_a_stalled_holder_is_answered_once_it_continues(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """The holder's node does not answer (stopped, its lease long enough to outlast it): the
+    client's node runs the job itself after a while, which finds the key still held and
+    follows the holder again, until it answers. The job runs once."""
+    stalled, asking = start_nodes(nodes, schema, 2, "--node-lease", "120", "--verbose", "DEBUG")
+    with GearmanSocket(stalled) as worker, GearmanSocket(asking) as client:
+        worker.send(Cmd.CAN_DO, "slow-key")
+        with GearmanSocket(stalled) as other:
+            handle = other.submit_bg("slow-key", "payload", unique="k")
+        assert worker.grab().args[0].decode() == handle
+        os.kill(stalled.proc.pid, signal.SIGSTOP)
+        try:
+            assert client.submit_fg("slow-key", "asked", unique="k") == handle
+            wait_until(lambda: "running it here" in asking.log() or None, "given up asking", LONG)
+        finally:
+            os.kill(stalled.proc.pid, signal.SIGCONT)
+        wait_until(lambda: follows(asking, handle), "the client follows it", LONG)
+        worker.send(Cmd.WORK_COMPLETE, handle, "answer")
+        assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"answer")
+        assert worker.grab().type == Cmd.NO_JOB  # the job made in its place lost its key
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "done")
+
+
+def test_a_foreground_unique_job_a_node_cannot_run_reaches_its_client_from_another(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_nodes(nodes, schema, 2)
+    with sleeping_worker(second, "fg-unique") as worker, GearmanSocket(first) as client:
+        handle = client.submit_fg("fg-unique", "asked", unique="mine")
+        # In the index with its key while it waits in the shared queue.
+        rows = schema.rows("SELECT id, ukey FROM {schema}.jobs")
+        assert rows == [(handle, "e\x1ffg-unique\x1fmine")]
         assert worker.expect(Cmd.NOOP)
         assigned = worker.grab()
         assert (assigned.args[0].decode(), assigned.args[-1]) == (handle, b"asked")
         worker.send(Cmd.WORK_COMPLETE, handle, "answer")
         assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"answer")
-        worker.send(Cmd.WORK_COMPLETE, background, "")
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "done")
+
+
+def test_a_background_submit_joins_a_foreground_job_another_node_holds(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = start_nodes(nodes, schema, 2)
+    with GearmanSocket(first) as client, GearmanSocket(second) as other:
+        handle = client.submit_fg("fg-held", "asked", unique="k")
+        assert other.submit_bg("fg-held", "later", unique="k") == handle
+        with sleeping_worker(second, "fg-held") as worker:
+            assert worker.expect(Cmd.NOOP)
+            assert worker.grab().args[0].decode() == handle
+            worker.send(Cmd.WORK_COMPLETE, handle, "answer")
+            assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"answer")
+            worker.send(Cmd.PRE_SLEEP)
+            assert worker.grab().type == Cmd.NO_JOB  # the background submit made no job
 
 
 def test_an_ojs_unique_push_conflicts_with_the_job_another_node_holds(

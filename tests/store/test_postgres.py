@@ -5,13 +5,17 @@ PostgreSQL, in a schema and role of the test's own (tests/pg.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
 
 import psycopg
 
-from jobwire.engine import Job
-from jobwire.engine.job import ORIGIN_GEARMAN
+from jobwire.engine import Engine, EngineConfig, Job
+from jobwire.engine.job import ORIGIN_GEARMAN, JobState, Output
+from jobwire.store.pgcluster import ClusterNode, RemoteClient
+from jobwire.store.pgfollow import FOLLOW
+from jobwire.store.pgremote import RemoteJobs
 from jobwire.store.postgres import PostgresStore
 from tests.pg import ADMIN, Schema, pg_schema
 from tests.store.kinds import committed
@@ -28,6 +32,22 @@ def ids(schema: Schema) -> list[str]:
         return [row.id for row in store.load()]
     finally:
         store.close()
+
+
+def blocked(schema: Schema) -> int:
+    """Statements of the schema's role waiting for a lock (a table lock a test holds)."""
+    rows = schema.rows(
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+        f" WHERE NOT l.granted AND a.usename = '{schema.role}'"
+    )
+    return int(rows[0][0])  # type: ignore[call-overload]
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    end = time.monotonic() + DEADLINE
+    while not condition():
+        assert time.monotonic() < end
+        await asyncio.sleep(0.01)
 
 
 def test_a_batch_is_one_statement_whatever_its_size(pg_schema: Schema) -> None:
@@ -197,25 +217,11 @@ def test_two_batches_fly_at_once_unless_they_change_the_same_job(pg_schema: Sche
     store = PostgresStore(pg_schema.dsn)
     first, second = make_job(1), make_job(2)
 
-    def waiting() -> int:
-        """Statements of the store blocked on the table lock below."""
-        rows = pg_schema.rows(
-            "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
-            f" WHERE NOT l.granted AND a.usename = '{pg_schema.role}'"
-        )
-        return int(rows[0][0])  # type: ignore[call-overload]
-
-    async def until(condition: Callable[[], bool]) -> None:
-        end = time.monotonic() + DEADLINE
-        while not condition():
-            assert time.monotonic() < end
-            await asyncio.sleep(0.01)
-
     async def main() -> None:
         with psycopg.connect(ADMIN) as holder:  # a transaction that keeps writers out
             holder.execute(f"LOCK TABLE {pg_schema.name}.jobs IN SHARE MODE")
             store.job_saved(first)
-            await until(lambda: waiting() == 1)  # batch 1 is in flight, blocked
+            await until(lambda: blocked(pg_schema) == 1)  # batch 1 is in flight, blocked
             first.attempts = 1
             store.job_saved(first)  # the same job: must wait for batch 1
             await asyncio.sleep(0)  # the loop turn ends
@@ -226,9 +232,9 @@ def test_two_batches_fly_at_once_unless_they_change_the_same_job(pg_schema: Sche
         with psycopg.connect(ADMIN) as holder:
             holder.execute(f"LOCK TABLE {pg_schema.name}.jobs IN SHARE MODE")
             store.job_saved(second)
-            await until(lambda: waiting() == 1)
+            await until(lambda: blocked(pg_schema) == 1)
             store.job_saved(make_job(3))  # another job: flies beside it
-            await until(lambda: waiting() == 2)
+            await until(lambda: blocked(pg_schema) == 2)
             assert len(store._flying) == 2
             later: list[bool] = []
             store.after_commit(later.append)
@@ -321,3 +327,75 @@ def test_a_unique_key_another_node_holds_is_named_and_the_job_not_held_still_kep
         (free.id, "e\x1freverse\x1fv"),
         (kept.id, None),
     ]
+
+
+def test_clients_of_a_holder_that_ended_unknown_to_any_node_get_a_job_run_in_its_place(
+    pg_schema: Schema,
+) -> None:
+    """The job that held a key ended before the clients that lost it could follow it, and
+    no node keeps it: their node runs the job itself, telling them under the holder's id."""
+    store = PostgresStore(pg_schema.dsn)
+    engine = Engine(EngineConfig(id_prefix="H:n"), journal=store)
+    cluster = ClusterNode(store, engine)
+    remote = RemoteJobs(cluster)
+    heard: list[tuple[str, JobState, bytes | None]] = []
+
+    class Client:
+        def job_progress(self, job: Job, done: int, total: int) -> None: ...
+
+        def job_output(self, job: Job, kind: Output, data: bytes) -> None: ...
+
+        def job_finished(
+            self, job: Job, state: JobState, result: bytes | None, error: bytes | None
+        ) -> None:
+            heard.append((job.id, state, result))
+
+    async def main() -> None:
+        lost, _ = engine.submit(
+            "reverse", b"abc", unique="k", background=False, subscriber=Client(), pending=True
+        )
+        assert engine.withdraw_pending(lost)  # as when its batch finds the key taken
+        remote.follows.follow(lost, "H:gone:1")  # a holder whose row is gone already
+        end = time.monotonic() + DEADLINE
+        while not list(engine.jobs.values()):
+            assert time.monotonic() < end
+            await asyncio.sleep(0.01)
+        [again] = engine.jobs.values()
+        assert (again.function, again.payload, again.unique) == ("reverse", b"abc", "k")
+        assert again.id != "H:gone:1" and again.state is JobState.AVAILABLE
+        engine.cancel(again)  # its end, whatever it is, is the clients'
+        remote.close()
+
+    try:
+        run(main)
+    finally:
+        store.close()
+    assert heard == [("H:gone:1", JobState.CANCELLED, None)]
+
+
+def test_a_node_asked_of_a_job_by_followers_subscribes_their_node_once_or_answers_its_end(
+    pg_schema: Schema,
+) -> None:
+    store = PostgresStore(pg_schema.dsn)
+    engine = Engine(EngineConfig(id_prefix="H:n", retain_finished=60.0), journal=store)
+    cluster = ClusterNode(store, engine)
+    remote = RemoteJobs(cluster)
+    serve = remote._own[FOLLOW]
+
+    async def main() -> None:
+        job, _ = engine.submit("reverse", b"abc", unique="k")
+        for _ in range(2):  # asked twice (an answer lost): subscribed once
+            answer = await serve(FOLLOW, job.id, {"node": 99})
+            assert answer is not None and json.loads(answer.body) == {}
+        assert [type(s) for s in job.subscribers or ()] == [RemoteClient]
+        assert await serve(FOLLOW, "H:unknown:1", {"node": 99}) is None
+        engine.cancel(job)  # ended, and kept a while: its end is the answer
+        answer = await serve(FOLLOW, job.id, {"node": 99})
+        assert answer is not None
+        assert json.loads(answer.body) == {"s": int(JobState.CANCELLED), "r": None}
+        remote.close()
+
+    try:
+        run(main)
+    finally:
+        store.close()

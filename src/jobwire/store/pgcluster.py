@@ -26,6 +26,11 @@ beside the engine on the event loop:
   nobody's and notifies), and the asking node claims them. So jobs a node kept (while
   alone, because a worker or a fetch was there when they came, or after a requeue) do not
   wait on it while another node's workers are idle.
+- **Foreground jobs**: one no local worker is free for goes to the shared queue with the node
+  its client waits on (`client_node`); the node that claims it tells that node what happens
+  to it (`RemoteClient`, or a `Forwarder` when the client waits there too), and the client's
+  node hands it to the clients in `waits`, which also holds the clients that joined a job
+  another node holds under their unique key (`jobwire.store.pgfollow`).
 - **Shared state**: unique keys, cron ticks, pauses and rate limits, in
   `jobwire.store.pgshared`.
 """
@@ -44,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from jobwire.engine.job import ORIGIN_TITANIC, Job, JobState, Output
+from jobwire.engine.job import ORIGIN_TITANIC, Job, JobState, Output, Subscriber
 from jobwire.ports import StoredJob, decode_ext
 from jobwire.ports.cluster import Counts
 from jobwire.store.pgshared import SharedState
@@ -259,9 +264,12 @@ class ClusterNode:
         self._notes = 0  # notifications heard: a claim that raced one is not dry
         self._pass: asyncio.Task[None] | None = None
         self._again = False
-        # Foreground jobs of this node's clients that another node runs, by id; and the
-        # messages about them, in the order they came.
-        self._waits: dict[str, Job] = {}
+        # Foreground jobs of this node's clients that another node runs, by id: the job itself
+        # (offered to the shared queue), or jobs that found their unique key held and follow
+        # the holder under its id (`jobwire.store.pgfollow`). And the messages about them, in
+        # the order they came.
+        self.waits: dict[str, list[Job]] = {}
+        self._telling: set[str] = set()  # ids whose news is being handed to their clients
         self._inbox: asyncio.Queue[str] = asyncio.Queue()
         # Messages to the nodes whose clients wait on jobs run here: (channel, payload).
         self._outbox: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
@@ -418,28 +426,80 @@ class ClusterNode:
                 log.exception("cluster: a message about a foreground job was lost")
 
     def _deliver(self, message: dict[str, Any]) -> None:
-        job = self._waits.get(message["j"])
-        if job is None:
-            return
-        kind = message["e"]
-        subscribers = list(job.subscribers or ())
+        job_id, kind = message["j"], message["e"]
         if kind == "p":
-            job.progress = (message["d"], message["t"])
-            for subscriber in subscribers:
-                subscriber.job_progress(job, message["d"], message["t"])
+            self.tell_progress(job_id, message["d"], message["t"])
         elif kind == "o":
-            data = _bytes(message["b"]) or b""
-            for subscriber in subscribers:
-                subscriber.job_output(job, Output(message["k"]), data)
+            self.tell_output(job_id, Output(message["k"]), _bytes(message["b"]) or b"")
         elif kind == "f":
-            del self._waits[job.id]
             state = JobState(message["s"])
-            result, error = _bytes(message["r"]), _bytes(message["x"])
-            job.state = state
-            job.result = result
-            job.subscribers = None
-            for subscriber in subscribers:
-                subscriber.job_finished(job, state, result, error)
+            self.tell_finished(job_id, state, _bytes(message["r"]), _bytes(message["x"]))
+
+    def wait_elsewhere(self, job: Job) -> bool:
+        """`job`'s clients wait here for news of it, under its id, from the node that runs it:
+        whether it is the first job here to wait on that id."""
+        job.state = JobState.PENDING  # neither queued nor running here (a cancel is a no-op)
+        waiting = self.waits.setdefault(job.id, [])
+        waiting.append(job)
+        return len(waiting) == 1
+
+    def stop_waiting(self, job: Job) -> bool:
+        """`job` no longer waits here (under its id): whether it did."""
+        waiting = self.waits.get(job.id)
+        if waiting is None or job not in waiting:
+            return False
+        waiting.remove(job)
+        if not waiting:
+            del self.waits[job.id]
+        return True
+
+    def tell_progress(self, job_id: str, done: int, total: int) -> None:
+        jobs = self._telling_of(job_id)
+        try:
+            for job in jobs:
+                job.progress = (done, total)
+                for subscriber in list(job.subscribers or ()):
+                    subscriber.job_progress(job, done, total)
+        finally:
+            self._told(job_id, jobs)
+
+    def tell_output(self, job_id: str, kind: Output, data: bytes) -> None:
+        jobs = self._telling_of(job_id)
+        try:
+            for job in jobs:
+                for subscriber in list(job.subscribers or ()):
+                    subscriber.job_output(job, kind, data)
+        finally:
+            self._told(job_id, jobs)
+
+    def tell_finished(
+        self, job_id: str, state: JobState, result: bytes | None, error: bytes | None
+    ) -> None:
+        jobs = self._telling_of(job_id)
+        if jobs:
+            del self.waits[job_id]
+        try:
+            for job in jobs:
+                subscribers, job.subscribers = job.subscribers or [], None
+                job.state = state
+                job.result = result
+                for subscriber in subscribers:
+                    subscriber.job_finished(job, state, result, error)
+        finally:
+            self._told(job_id, jobs)
+
+    def _telling_of(self, job_id: str) -> list[Job]:
+        """The jobs waiting here on `job_id`, to tell; none while they are being told (a job
+        run in the place of another forwards to it: news never goes round in a circle)."""
+        jobs = self.waits.get(job_id)
+        if not jobs or job_id in self._telling:
+            return []
+        self._telling.add(job_id)
+        return list(jobs)
+
+    def _told(self, job_id: str, jobs: list[Job]) -> None:
+        if jobs:
+            self._telling.discard(job_id)
 
     # ------------------------------------------------------------------ status (ClusterView)
 
@@ -510,6 +570,7 @@ class ClusterNode:
                 observers.append(self._observed)  # to offer foreground jobs to the others
             elif not peers and self._observed in observers:
                 observers.remove(self._observed)
+                self.shared.alone()
             if peers:
                 self.want_all()  # workers idle here may get what the others keep
         dead, requeued, _ = (await self._beat.fetch(REAP_SQL, (self.node, self.store.channel)))[0]
@@ -661,8 +722,7 @@ class ClusterNode:
             return False
         self.released += 1
         if not job.background:  # its client waits here: the node that runs it will say
-            job.state = JobState.PENDING  # neither queued nor running here (a cancel is a no-op)
-            self._waits[job.id] = job
+            self.wait_elsewhere(job)
         return True
 
     def keeps(self, job: Job, waiting_here: int = 0) -> bool:
@@ -677,7 +737,8 @@ class ClusterNode:
 
     def _observed(self, event: str, job: Job) -> None:
         """A new foreground job goes to the store with this turn's batch, which decides at
-        its end whether to offer it to the other nodes (`_releases`) or to keep it unstored.
+        its end whether to offer it to the other nodes (`_releases`) or to keep it unstored
+        (one with a unique key is always offered, so that the index holds its key).
         A job queued again here (its worker's lease ran out, or it failed and retries at
         once) goes to the shared queue unless a worker here is free for it: the worker or
         fetcher this node gave it to let it go, and another node's may be waiting."""
@@ -926,8 +987,14 @@ class ClusterNode:
                 for hook in self._claim_hooks:
                     hook(claimed)
             if client is not None and claimed is not None and not claimed.state.terminal:
-                remote = RemoteClient(self._outbox, node_channel(self.store.channel, client))
-                self.engine.subscribe(claimed, remote)
+                self.engine.subscribe(claimed, self.client_of(int(client), claimed.id))
+
+    def client_of(self, node: int, job_id: str) -> Subscriber:
+        """The subscriber that tells `node`'s clients waiting on `job_id` what happens to the job
+        running here: over that node's channel, or directly when they wait here."""
+        if node == self.node:
+            return Forwarder(self, job_id)
+        return RemoteClient(self._outbox, node_channel(self.store.channel, node))
 
 
 def _wanted(fn: FunctionInfo, asked: dict[str, set[str]]) -> int:
@@ -1004,6 +1071,27 @@ def _text(data: bytes | None) -> str | None:
 
 def _bytes(text: str | None) -> bytes | None:
     return None if text is None else base64.b64decode(text)
+
+
+class Forwarder:
+    """A `Subscriber` that hands what it hears of a job to the clients of this node waiting on
+    `job_id` (`ClusterNode.waits`): for a job claimed here whose client waits here too, or a
+    job run here in the place of the one they wait on (`jobwire.store.pgfollow`)."""
+
+    def __init__(self, cluster: ClusterNode, job_id: str) -> None:
+        self.cluster = cluster
+        self.job_id = job_id
+
+    def job_progress(self, job: Job, done: int, total: int) -> None:
+        self.cluster.tell_progress(self.job_id, done, total)
+
+    def job_output(self, job: Job, kind: Output, data: bytes) -> None:
+        self.cluster.tell_output(self.job_id, kind, data)
+
+    def job_finished(
+        self, job: Job, state: JobState, result: bytes | None, error: bytes | None
+    ) -> None:
+        self.cluster.tell_finished(self.job_id, state, result, error)
 
 
 class RemoteClient:

@@ -19,6 +19,10 @@ finds where it is, from its row:
 
 A node is live while its lease runs, as for the heartbeat's reaping: a node killed a moment
 ago still holds its jobs until then, and an operation on one of them gets a 503 meanwhile.
+
+The listeners' operations run through the executor they `serve`; the store's own, whatever
+the listeners, through `serve_own`: `unique.follow` (`jobwire.store.pgfollow`), which has the
+clients of one node hear of the job another node holds under their unique key.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from jobwire.store.pgcluster import (
     detached_job,
     node_channel,
 )
+from jobwire.store.pgfollow import KeyFollows
 from jobwire.store.postgres import _STORED, _reason
 
 if TYPE_CHECKING:
@@ -103,6 +108,7 @@ class RemoteJobs:
         self.node = cluster.node
         self.ask_timeout = ask_timeout
         self._executor: Executor | None = None
+        self._own: dict[str, Executor] = {}  # the store's operations, by name
         self._lookups = Connection(cluster.store.dsn)
         self._sends = Connection(cluster.store.dsn)
         self._asks: dict[int, _Ask] = {}
@@ -112,11 +118,18 @@ class RemoteJobs:
         self.served = 0  # operations run here for other nodes
         cluster.on_message = self._received
         cluster.store.on_abandon.append(self.close)
+        #: Clients here of jobs whose unique key another node's job holds.
+        self.follows = KeyFollows(cluster, self)
 
     def serve(self, executor: Executor) -> None:
         self._executor = executor
 
+    def serve_own(self, operation: str, executor: Executor) -> None:
+        """Run `operation` for the other nodes with `executor`, whatever the listeners serve."""
+        self._own[operation] = executor
+
     def close(self) -> None:
+        self.follows.close()
         self._lookups.drop()
         self._sends.drop()
         for ask in self._asks.values():
@@ -201,6 +214,20 @@ class RemoteJobs:
             )
         return ask.answers
 
+    async def ask(
+        self, nodes: list[int] | None, operation: str, job_id: str, arguments: dict[str, Any]
+    ) -> HolderAnswer | None:
+        """Ask `nodes` (None: every other live node) to run the operation: the answer of the
+        first that knows the job, None when none does. HolderUnavailable when some did not
+        answer in time and none knew, or the database is unreachable."""
+        try:
+            if nodes is None:
+                peers = await self._lookups.fetch(PEERS_SQL, (self.node,))
+                nodes = [int(row[0]) for row in peers]
+            return await self._ask(nodes, operation, job_id, arguments) if nodes else None
+        except (psycopg.Error, OSError, TimeoutError) as exc:
+            raise HolderUnavailable(f"the database is unreachable: {_reason(exc)}") from None
+
     async def _ask(
         self, nodes: list[int], operation: str, job_id: str, arguments: dict[str, Any]
     ) -> HolderAnswer | None:
@@ -262,7 +289,7 @@ class RemoteJobs:
 
     async def _run(self, message: dict[str, Any]) -> None:
         answer: HolderAnswer | None = None
-        executor = self._executor
+        executor = self._own.get(message["op"], self._executor)
         try:
             if executor is not None:
                 answer = await executor(message["op"], message["j"], message["x"])

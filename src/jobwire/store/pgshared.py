@@ -10,7 +10,10 @@ notifications of shared state; docs/scaling.md describes the whole.
   so it never runs before the cluster has settled who holds the key: then it becomes
   available here, or it leaves this engine when another job holds the key, and the
   acknowledgements of its submits name that job (`PostgresStore.coalesced`, and `settled`
-  for OJS).
+  for OJS). A foreground job is always written to the shared queue (a foreground job a node
+  keeps is not stored), its clients waiting here as for any foreground job another node
+  runs; the foreground clients of a job that lost its key follow the job that holds it
+  (`jobwire.store.pgfollow`).
 - **Cron.** Registrations are key-value records every node reads; a batch that writes one
   notifies, and the others read them again (`CronScheduler.sync`). Every node arms every
   entry, and at each tick the one whose `INSERT INTO cron_ticks ... ON CONFLICT DO NOTHING`
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from jobwire.engine.job import Job, JobState
@@ -75,6 +79,9 @@ class SharedState:
         self.cron: CronScheduler | None = None
         # Held jobs whose submitter waits to know who holds their key, by id.
         self._waiting: dict[str, asyncio.Future[str | None]] = {}
+        #: Has the clients of a job that lost its key follow the job that holds it
+        #: (`jobwire.store.pgfollow`, set by `RemoteJobs`).
+        self.follow: Callable[[Job, str], None] | None = None
         self._paused: set[str] = set()  # as last read from the database
         self.rates = SharedRates(cluster)
         self._reading: asyncio.Task[None] | None = None
@@ -98,9 +105,9 @@ class SharedState:
     # ------------------------------------------------------------------ unique keys
 
     def _hold_engine_job(self, job: Job) -> bool:
-        """The engine asks: hold this new background job with a unique key back until its
-        batch settles the key? Yes when other nodes run (alone, this node's map decides)."""
-        if not self.cluster.peers or not job.background:
+        """The engine asks: hold this new job with a unique key back until its batch settles
+        the key? Yes when other nodes run (alone, this node's map decides)."""
+        if not self.cluster.peers:
             return False
         self.store.held[job.id] = job
         return True
@@ -131,21 +138,40 @@ class SharedState:
     def _settle(self, won: list[Job], lost: list[tuple[Job, str]], failed: list[Job]) -> None:
         """A batch with held jobs finished (before its acknowledgements go out)."""
         engine = self.engine
+        cluster = self.cluster
         for job in won:
             self._answer(job, None)
             if engine.jobs.get(job.id) is job and job.state is JobState.PENDING:
                 engine.activate(job)  # kept here: now it may run
         for job, holder in lost:
             self._answer(job, holder)
-            if engine.withdraw_pending(job) and job.subscribers:
-                # A foreground client joined it here: its result would come from the node
-                # that holds the key, which does not know of this client.
-                subscribers, job.subscribers = job.subscribers, None
-                reason = f"coalesced with job {holder} on another node".encode()
-                for subscriber in subscribers:
-                    subscriber.job_finished(job, JobState.DISCARDED, None, reason)
+            # It leaves: held here, or offered to the shared queue (a foreground job).
+            gone = engine.withdraw_pending(job) or cluster.stop_waiting(job)
+            if gone and job.subscribers:  # foreground clients wait on it here
+                self._follow(job, holder)
         for job in failed:
             self._answer(job, None)
+            if cluster.stop_waiting(job):  # offered with the batch: the engine cannot retract it
+                _end(job, JobState.CANCELLED, None)
+
+    def _follow(self, job: Job, holder: str) -> None:
+        """The clients waiting here on `job` wait on `holder`, which took its key, instead: its
+        news reaches them from whichever node runs it (`jobwire.store.pgfollow`)."""
+        if self.follow is not None:
+            self.follow(job, holder)
+        else:  # no node to ask (a cluster without `RemoteJobs`)
+            _end(job, JobState.DISCARDED, f"coalesced with job {holder} on another node".encode())
+
+    def alone(self) -> None:
+        """The other nodes went: the held foreground jobs not yet offered to the shared queue
+        run here after all, as alone (their batch would not write them)."""
+        engine = self.engine
+        for job in list(self.store.held.values()):
+            if not job.background and engine.jobs.get(job.id) is job:
+                del self.store.held[job.id]
+                self._answer(job, None)
+                if job.state is JobState.PENDING:
+                    engine.activate(job)
 
     def _answer(self, job: Job, holder: str | None) -> None:
         future = self._waiting.pop(job.id, None)
@@ -158,6 +184,17 @@ class SharedState:
         available and nobody's), False if it stays here, to run once its key is settled."""
         if self.store.held.get(job.id) is not job:
             return None
+        if not job.background:
+            # A foreground job this node keeps is not stored, yet the index must hold its key:
+            # it is offered like any foreground job no worker here is free for, its clients
+            # waiting here (a worker here takes it from the shared queue as well as any).
+            if not self.engine.withdraw_pending(job):  # cancelled: its clients went
+                del self.store.held[job.id]
+                self._answer(job, None)
+                return False
+            self.cluster.wait_elsewhere(job)
+            self.cluster.released += 1
+            return True
         if job.subscribers or self.cluster.keeps(job, waiting_here=1):
             return False  # a client waits on it here, or a worker here is free for it
         if not self.engine.withdraw_pending(job):
@@ -254,3 +291,11 @@ class SharedState:
         # stay as they are here (their commit notifies: they are read again then).
         pending |= self.store.kv_pending(CRON_NAMESPACE)
         cron.sync({str(key): bytes(value) for key, value in rows}, keep=pending)
+
+
+def _end(job: Job, state: JobState, error: bytes | None) -> None:
+    """Tell the clients waiting on `job`, which leaves this node without running, that it ended."""
+    subscribers, job.subscribers = job.subscribers or [], None
+    job.state = state
+    for subscriber in subscribers:
+        subscriber.job_finished(job, state, None, error)

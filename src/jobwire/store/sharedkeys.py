@@ -3,7 +3,8 @@
 Two kinds, kept apart by their first letter:
 
 - `e`: the engine's coalescing key (Gearman's unique id, and the other listeners' that use
-  it): the function and the unique id, or for `-` a digest of the payload.
+  it), of background and foreground jobs alike: the function and the unique id, or for `-` a
+  digest of the payload.
 - `o`: an OJS unique fingerprint, when the job's policy `reject`s or `ignore`s a conflict
   (`OJSService.commit` marks the shareable ones; `replace` coalesces on the node that took
   the job only). The key is held while the job lives; a policy with a `period` or fewer
@@ -21,9 +22,8 @@ OJS_SHARED = "unique_shared"
 
 
 def shared_key(job: Job) -> str | None:
-    """None for a foreground job: its client waits on its node, which coalesces it alone."""
-    if not job.background:
-        return None
+    """The key `job` holds in the cluster's index, if any (a foreground job's too: clients on
+    other nodes join it, `jobwire.store.pgfollow`)."""
     unique = job.unique
     if unique:
         if unique == "-":

@@ -74,6 +74,7 @@ _GRAB_JOB_ALL: Final = int(T.GRAB_JOB_ALL)
 _ACTIVE: Final = JobState.ACTIVE
 _COMPLETED: Final = JobState.COMPLETED
 _DISCARDED: Final = JobState.DISCARDED
+_PENDING: Final = JobState.PENDING
 _OUTPUT_DATA: Final = Output.DATA
 
 
@@ -325,10 +326,13 @@ class GearmanConnection(Transport):
 
     def _job_created(self, job: Job, created: bool, background: bool) -> None:
         """Answer a submit: a foreground client now waits on the job; a background job's
-        JOB_CREATED waits for the store (`acks`)."""
+        JOB_CREATED waits for the store (`acks`), and so does a foreground one's while a
+        cluster holds the job until it has settled its unique key (it may name another)."""
         reply = self.created.reply(job.number, job.id)
         if not background:
             self.waiting[job] = None
+            if job.state is _PENDING:
+                self.acks.job_created(reply, created)
         elif self.durable:
             self.acks.job_created(reply, created)
         self.send(reply)
