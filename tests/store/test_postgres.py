@@ -329,6 +329,38 @@ def test_a_unique_key_another_node_holds_is_named_and_the_job_not_held_still_kep
     ]
 
 
+def test_a_submit_that_joined_a_held_job_in_a_later_batch_is_told_of_the_key_s_holder(
+    pg_schema: Schema,
+) -> None:
+    """A submit that joins a held job in a later read waits for a later batch than the job's:
+    its acknowledgement is renamed all the same."""
+    first = PostgresStore(pg_schema.dsn)
+    second = PostgresStore(pg_schema.dsn)
+    holder, loser = make_job(1, unique="u"), make_job(2, unique="u")
+    named: list[dict[str, str]] = []
+
+    async def main() -> None:
+        first.job_saved(holder)
+        assert await committed(first)
+        with psycopg.connect(ADMIN) as lock:  # both batches fly, neither commits yet
+            lock.execute(f"LOCK TABLE {pg_schema.name}.jobs IN SHARE MODE")
+            second.held[loser.id] = loser
+            second.job_saved(loser)
+            await until(lambda: blocked(pg_schema) == 1)
+            second.job_saved(make_job(3))  # another job's batch: the joiner waits for it
+            await until(lambda: blocked(pg_schema) == 2)
+            second.after_commit(lambda ok: named.append(dict(second.coalesced)))
+            lock.rollback()
+        assert await committed(second)
+
+    try:
+        run(main)
+    finally:
+        first.close()
+        second.close()
+    assert named == [{loser.id: holder.id}]
+
+
 def test_clients_of_a_holder_that_ended_unknown_to_any_node_get_a_job_run_in_its_place(
     pg_schema: Schema,
 ) -> None:

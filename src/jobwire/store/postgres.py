@@ -987,7 +987,7 @@ class PostgresStore:
             holder = holders.get(ukey)
             if holder is not None and holder[0] != row_key:
                 renames[job.id] = str(holder[1])
-        self._renames[number] = renames
+        self._renames.setdefault(number, {}).update(renames)  # may hold an earlier batch's
 
     async def _execute(
         self, slot: int, parameters: list[Any], statement: str = BATCH_SQL
@@ -1128,11 +1128,20 @@ class PostgresStore:
                 if not job.state.terminal:  # a row of its own now, as an update
                     log.warning("store: job %s keeps a unique key %s also holds", job.id, holder)
                     self.job_saved(job)
+        if lost:
+            self._rename_later(number, {job.id: holder for job, holder in lost})
         if self.on_unique is not None and (won or lost or failed):
             try:
                 self.on_unique(won, lost, failed)
             except Exception:
                 log.exception("store: settling unique keys failed")
+
+    def _rename_later(self, number: int, renames: dict[str, str]) -> None:
+        """A submit that joined a held job in a later read than the one that made it waits
+        for a later batch than the job's (up to the one being gathered): its acknowledgement
+        names the key's holder too."""
+        for later in range(number + 1, self._handed + 2):
+            self._renames.setdefault(later, {}).update(renames)
 
     def _note_result(self, error: str | None) -> None:
         if error is None:
