@@ -27,7 +27,6 @@ again: a holder still alive makes it lose its key again, and its clients follow 
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 from enum import Enum
@@ -35,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobwire.engine.job import Job, JobState
 from jobwire.ports.cluster import HolderAnswer, HolderUnavailable
-from jobwire.store.pgcluster import Forwarder, RemoteClient, node_channel
+from jobwire.store.pgcluster import Forwarder, RemoteClient, _bytes, _text, node_channel
 from jobwire.store.postgres import _reason
 
 if TYPE_CHECKING:
@@ -163,8 +162,7 @@ class KeyFollows:
             return Look.AGAIN if nodes is not None else Look.GONE
         ended = json.loads(answer.body)
         if ended:  # it finished there, and that node still keeps it
-            result = None if ended["r"] is None else base64.b64decode(ended["r"])
-            self.cluster.tell_finished(holder, JobState(ended["s"]), result, None)
+            self.cluster.tell_finished(holder, JobState(ended["s"]), _bytes(ended["r"]), None)
         return Look.ARRANGED
 
     def _run_here(self, holder: str) -> None:
@@ -200,8 +198,7 @@ class KeyFollows:
         cluster = self.cluster
         job = cluster.engine.jobs.get(job_id)
         if job is not None and job.state.terminal:
-            result = job.result
-            ended = {"s": int(job.state), "r": None if result is None else _text(result)}
+            ended = {"s": int(job.state), "r": _text(job.result)}
             return HolderAnswer(200, json.dumps(ended).encode())
         if job is None:  # clients here wait on it: what they hear goes on
             waiting = cluster.waits.get(job_id)
@@ -213,10 +210,6 @@ class KeyFollows:
         if not any(_tells(s, channel) for s in job.subscribers or ()):
             cluster.engine.subscribe(job, cluster.client_of(node, job_id))
         return HolderAnswer(200, b"{}")
-
-
-def _text(data: bytes) -> str:
-    return base64.b64encode(data).decode()
 
 
 def _tells(subscriber: object, channel: str) -> bool:
