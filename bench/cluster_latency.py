@@ -9,7 +9,9 @@ node A, and measures one job at a time:
 - bg: from sending SUBMIT_JOB_BG on A to the worker on B holding the job (JOB_ASSIGN): the
   commit on A, its notification, B's claim and its wake-up of the worker;
 - fg: from sending SUBMIT_JOB on A to the client holding WORK_COMPLETE, the worker on B
-  completing at once: the above, plus B's lease and result notified back to A;
+  completing at once: A hands the job to B over their peer link (`jobwire.store.peerlink`)
+  and B sends the result back on it; with `--no-links`, the job goes as bg does, and B's
+  result is notified back to A;
 - fg-local: the same with the worker on A, for comparison (nothing goes through the database).
 
 Prints p50/p90/max per scenario, and the database's commits, WAL bytes and backend CPU per
@@ -66,10 +68,12 @@ class Gearman:
         return args
 
 
-def start_node(dsn: str, log: Path) -> tuple[subprocess.Popen[bytes], int]:
+def start_node(dsn: str, log: Path, links: bool) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     cmd = [sys.executable, "-m", "jobwire", "serve", "--port", str(port), "--http-port", "0"]
     cmd += ["--zmq-port", "0", "--store", dsn, "--cluster-poll", "60", "--verbose", "INFO"]
+    if not links:
+        cmd += ["--peer-listen", "off"]
     proc = subprocess.Popen(cmd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -130,13 +134,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--pg", default=PG)
+    parser.add_argument(
+        "--no-links",
+        action="store_true",
+        help="nodes without peer links: foreground jobs go by the shared queue",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="jobwire-cluster-bench-"))
     pg = PgRun(args.pg)
     nodes: list[subprocess.Popen[bytes]] = []
     try:
-        first, first_port = start_node(pg.dsn, work / "a.log")
-        second, second_port = start_node(pg.dsn, work / "b.log")
+        links = not args.no_links
+        first, first_port = start_node(pg.dsn, work / "a.log", links)
+        second, second_port = start_node(pg.dsn, work / "b.log", links)
         nodes += [first, second]
         deadline = time.monotonic() + 60
         while "cluster: 2 nodes" not in (work / "a.log").read_text():

@@ -43,6 +43,21 @@ _PY_LEVEL = {
 }
 
 
+def _peer_listen(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """`--peer-listen`: "off", or an address the node can listen on."""
+    if value == "off":
+        return value
+    from jobwire.store.peerlink import split_address
+
+    try:
+        _host, port = split_address(value)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise click.BadParameter(f"{value!r}: expected HOST, HOST:PORT, [IPV6]:PORT or off")
+    return value
+
+
 def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if value and not ctx.resilient_parsing:
         from jobwire import native
@@ -182,6 +197,17 @@ def _setup_logging(log_file: str, verbose: str, syslog: bool = False) -> None:
     show_default=True,
     help="postgresql store: seconds between two looks for shared work when no notification "
     "came (wake-ups come by LISTEN/NOTIFY; this covers a lost one).",
+)
+@click.option(
+    "--peer-listen",
+    default="127.0.0.1",
+    callback=_peer_listen,
+    show_default=True,
+    metavar="HOST[:PORT]|off",
+    help="postgresql store: where this node listens for the other nodes' links, which carry "
+    "foreground jobs to a node with a free worker without going through the database; "
+    "0.0.0.0 for nodes on other machines (the address PostgreSQL sees is advertised); "
+    "'off': foreground jobs go by the shared queue.",
 )
 @click.option(
     "--fsync",
@@ -534,6 +560,7 @@ def serve(
     store: str,
     node_lease: float,
     cluster_poll: float,
+    peer_listen: str,
     fsync: str,
     checkpoint_every: int | None,
     job_retries: int,
@@ -696,6 +723,7 @@ def serve(
         store=store,
         node_lease=node_lease,
         cluster_poll=cluster_poll,
+        peer_listen=None if peer_listen == "off" else peer_listen,
         fsync=fsync,
         checkpoint_bytes=checkpoint_every,
         backlog=backlog,

@@ -246,7 +246,8 @@ def test_status_views_answer_for_jobs_another_node_or_no_node_holds(
 def test_a_foreground_client_on_one_node_hears_its_job_run_on_another(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:
-    first, second = start_cluster(nodes, schema)
+    """Through the shared queue (the peer links carry it otherwise: test_peerlink.py)."""
+    first, second = start_cluster(nodes, schema, "--peer-listen", "off")
     big = bytes(range(256)) * 80  # 20 kB: too large for a notification, sent through a row
     with sleeping_worker(second, "remote-fg") as worker, GearmanSocket(first) as client:
         handle = client.submit_fg("remote-fg", "question")
@@ -390,3 +391,23 @@ def test_a_job_claimed_after_its_expiry_is_discarded_not_handed_out(
     fetched = second.request("POST", "/ojs/v1/workers/fetch", asked)
     assert (fetched.status, fetched.body["jobs"]) == (200, []), fetched.raw
     assert state(first, job_id) == state(second, job_id) == "discarded"
+
+
+def test_a_foreground_client_hears_its_job_failed_when_the_batch_that_shared_it_failed(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """JOB_CREATED of a foreground job goes at once; the job leaves the engine for the shared
+    queue with its batch. When that batch fails, the engine's retraction no longer sees the
+    job: the cluster tells its client."""
+    first, _second = start_cluster(nodes, schema)
+    schema.rows(
+        "ALTER TABLE {schema}.jobs ADD CONSTRAINT refuse_doomed CHECK (function <> 'doomed')"
+    )
+    with GearmanSocket(first) as client:
+        handle = client.submit_fg("doomed", "nobody may store me")
+        assert client.expect(Cmd.WORK_FAIL).args == (handle.encode(),)
+        with sleeping_worker(first, "fine") as worker:  # the node serves on
+            handle = client.submit_fg("fine", "hello")
+            assert wake_and_grab(worker) == (handle, b"hello")
+            worker.send(Cmd.WORK_COMPLETE, handle, "bye")
+            assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"bye")

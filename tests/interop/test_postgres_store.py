@@ -249,7 +249,7 @@ def test_db_migrate_and_status_show_the_schema_and_the_node(
     assert migrated.returncode == 0, migrated.stderr
     assert migrated.stdout.strip() == "schema version 0 -> 5"
     again = jobwire("db", "migrate", store=schema.dsn)
-    assert again.stdout.strip() == "schema version 5: up to date"
+    assert again.stdout.strip() == "schema version 6: up to date"
     idle = json.loads(jobwire("db", "status", "--json", store=schema.dsn).stdout)
     assert (idle["version"], idle["jobs"], idle["nodes"]) == (5, {}, [])
 

@@ -50,6 +50,9 @@ class ServerConfig:
     #: postgresql store: a node's lease and the cluster's fallback poll (`store.pgcluster`).
     node_lease: float = 15.0
     cluster_poll: float = 5.0
+    #: postgresql store: where the node listens for the other nodes' links, "HOST[:PORT]"
+    #: (`store.peerlink`); None: no links, foreground jobs go by the shared queue.
+    peer_listen: str | None = "127.0.0.1"
     fsync: str = "batch"  # always | batch | off; see jobwire.store.sqlite
     checkpoint_bytes: int | None = None  # redo log between checkpoints; None: the default
     backlog: int = 1024
@@ -273,7 +276,13 @@ class Server:
             from jobwire.store.postgres import PostgresStore
 
             assert isinstance(store, PostgresStore)
-            cluster = ClusterNode(store, engine, poll=config.cluster_poll, on_fatal=self._fatal)
+            cluster = ClusterNode(
+                store,
+                engine,
+                poll=config.cluster_poll,
+                on_fatal=self._fatal,
+                peer_listen=config.peer_listen,
+            )
             cluster.start()
         runtime = Runtime(engine, loop, config.busy_poll, store)
         runtime.cluster = cluster

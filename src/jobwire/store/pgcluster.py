@@ -43,7 +43,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -52,6 +52,7 @@ from psycopg import sql
 from jobwire.engine.job import ORIGIN_TITANIC, Job, JobState, Output, Subscriber
 from jobwire.ports import StoredJob, decode_ext
 from jobwire.ports.cluster import Counts
+from jobwire.store.peerlink import PeerClient, PeerLinks
 from jobwire.store.pgshared import SharedState
 from jobwire.store.postgres import (
     _NODE_LOCK,
@@ -229,6 +230,7 @@ class ClusterNode:
         *,
         poll: float = POLL,
         on_fatal: Fatal | None = None,
+        peer_listen: str | None = None,
     ) -> None:
         self.store = store
         self.engine = engine
@@ -287,6 +289,8 @@ class ClusterNode:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Unique keys, cron ticks and pauses across the nodes.
         self.shared = SharedState(self)
+        #: Links to the other nodes, for foreground jobs (`jobwire.store.peerlink`); None: off.
+        self.links = PeerLinks(self, peer_listen) if peer_listen else None
 
     # ------------------------------------------------------------------ wiring
 
@@ -297,6 +301,7 @@ class ClusterNode:
         engine.on_short_fetch = self._short_fetch
         engine.claim_for_fetch = self.claim_for_fetch
         self.store.releases = self._releases
+        self.store.retract_released = self._retract_released
         self.store.keys_low = self._keys_low
         self.store.on_abandon.append(self._abandon)
         self.shared.start()
@@ -307,6 +312,8 @@ class ClusterNode:
             self._loop.create_task(self._deliver_inbox()),
             self._loop.create_task(self._send_outbox()),
         ]
+        if self.links is not None:
+            self._tasks.append(self._loop.create_task(self._start_links()))
         log.info("cluster: node %d (%s)", self.node, self.store.address)
 
     async def close(self) -> None:
@@ -330,6 +337,8 @@ class ClusterNode:
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
+        if self.links is not None:
+            await self.links.close()
         self._abandon()
 
     def _abandon(self) -> None:
@@ -508,6 +517,11 @@ class ClusterNode:
     # ------------------------------------------------------------------ status (ClusterView)
 
     async def find_job(self, job_id: str) -> Job | None:
+        if self.links is not None:  # handed to another node: no row anywhere
+            for link in self.links.outbound.values():
+                handed = link.handed.get(job_id)
+                if handed is not None:
+                    return handed
         rows = await self._reads.fetch(FIND_SQL, (job_id, self.node))
         return detached_job(StoredJob(*rows[0])) if rows else None
 
@@ -577,6 +591,8 @@ class ClusterNode:
                 self.shared.alone()
             if peers:
                 self.want_all()  # workers idle here may get what the others keep
+        if self.links is not None and self.links.address is not None:
+            await self.links.refresh()
         dead, requeued, _ = (await self._beat.fetch(REAP_SQL, (self.node, self.store.channel)))[0]
         if dead:
             self.requeued += int(requeued)
@@ -641,6 +657,16 @@ class ClusterNode:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX)
 
+    async def _start_links(self) -> None:
+        assert self.links is not None
+        try:
+            await self.links.start(self.store.channel)
+            await self.links.refresh()
+        except Exception as exc:
+            log.warning("cluster: no peer links (foreground jobs go by the shared queue): %s", exc)
+            await self.links.close()
+            self.links = None
+
     def _heard(self, payload: str) -> None:
         if payload.startswith(SHARED_NOTE):
             self.shared.heard(payload)
@@ -699,6 +725,8 @@ class ClusterNode:
                 wanted = True
         if wanted:
             self._want()
+        if self.links is not None:
+            self.links.worker_idle(worker.abilities)
 
     def _short_fetch(self, queues: Sequence[str], missing: int) -> None:
         if self._closed:
@@ -722,12 +750,44 @@ class ClusterNode:
             return held  # a job held back until its unique key is settled
         if job.background == bool(job.subscribers) or self.keeps(job):
             return False  # a background job a client waits on, or an orphan; or kept
+        links = self.links
+        if (
+            not job.background
+            and links is not None
+            and _linkable(job)
+            and links.can_hand_over(job.function)
+            and self.engine.release(job)
+        ):
+            self.wait_elsewhere(job)
+            links.hand_over(job)
+            return False  # nothing to write: the job went over a link
         if not self.engine.release(job):
             return False
         self.released += 1
         if not job.background:  # its client waits here: the node that runs it will say
             self.wait_elsewhere(job)
         return True
+
+    def _retract_released(self, jobs: Iterable[Job]) -> None:
+        """A batch that offered foreground jobs to the shared queue failed: their clients,
+        answered JOB_CREATED at once, hear that the job failed (the engine's own retraction
+        skips them: they left it)."""
+        for job in jobs:
+            if not job.background and job in self.waits.get(job.id, ()):
+                self.tell_finished(job.id, JobState.CANCELLED, None, None)
+
+    def take_back(self, job: Job) -> None:
+        """A job handed to another node came back (refused, or its link broke): queued here
+        again as a new job, which the next batch offers again (`_releases`)."""
+        if self._closed or not self.stop_waiting(job):
+            return  # finished meanwhile, or this node stops
+        engine = self.engine
+        if engine.jobs.get(job.id) is not None:
+            return
+        engine.jobs.add(job)
+        engine.activate(job)  # PENDING -> AVAILABLE: a worker here may take it at once
+        job.row = 0
+        self.store.job_saved(job)
 
     def keeps(self, job: Job, waiting_here: int = 0) -> bool:
         """Whether a new job stays here rather than going to the shared queue: a worker here
@@ -745,12 +805,17 @@ class ClusterNode:
         (one with a unique key is always offered, so that the index holds its key).
         A job queued again here (its worker's lease ran out, or it failed and retries at
         once) goes to the shared queue unless a worker here is free for it: the worker or
-        fetcher this node gave it to let it go, and another node's may be waiting."""
+        fetcher this node gave it to let it go, and another node's may be waiting. A job
+        that ends tells the peer links that its function's workers may be free."""
         if event == "job.enqueued" and not job.background and job.subscribers:
             self.store.job_saved(job)
         elif event == "job.retrying" and job.state is JobState.AVAILABLE and _movable(job):
             assert self._loop is not None
             self._loop.call_soon(self._share_requeued, job)  # once the requeue is over
+        elif job.state.terminal and self.links is not None:
+            # Its worker may be free again without asking for work (one that runs several
+            # jobs at once asked while it ran this one): the other nodes hear of it.
+            self.links.worker_idle((job.function,))
 
     def _share_requeued(self, job: Job) -> None:
         fn = self.engine.functions.get(job.function)
@@ -1021,6 +1086,14 @@ def _movable(job: Job) -> bool:
     is kept where it was asked for). A workflow's step moves: the node that runs it tells
     the workflow's node of its end (`jobwire.server.ojs.workflows`)."""
     return job.background and not job.subscribers and job.origin != ORIGIN_TITANIC
+
+
+def _linkable(job: Job) -> bool:
+    """A foreground job another node can run from what a link carries: no unique key (the
+    index holds those), no options of an adapter, no reducer, not handed over already."""
+    if job.unique is not None or job.ext is not None or job.reducer is not None:
+        return False
+    return not any(isinstance(subscriber, PeerClient) for subscriber in job.subscribers or ())
 
 
 def detached_job(row: StoredJob) -> Job:

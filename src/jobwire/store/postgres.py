@@ -58,7 +58,7 @@ from jobwire.store.sqlite import EARLY_BATCH_WRITES, StoreError
 
 log = logging.getLogger("jobwire.store")
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: Seconds between two connection attempts while PostgreSQL is away: doubling from the
 #: first to the last.
 RECONNECT_MIN = 0.05
@@ -227,6 +227,15 @@ KEYED_STATEMENTS = (
     END
     $$""",
 )
+#: Version 6, the links between nodes (`jobwire.store.peerlink`): the address each node
+#: listens on for them, and the secret a node proves it knows to open one.
+PEER_STATEMENTS = (
+    "ALTER TABLE nodes ADD COLUMN IF NOT EXISTS peer text",
+    """CREATE TABLE IF NOT EXISTS cluster_secret (
+        id integer PRIMARY KEY CHECK (id = 1),
+        secret bytea NOT NULL
+    )""",
+)
 #: Migrations from version N to N + 1, by N (version 0: no tables). Rows of a one-node schema
 #: (version 1) have no owner after the upgrade: the first node to start alone adopts them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -235,6 +244,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     2: SHARED_STATEMENTS,
     3: RATE_STATEMENTS,
     4: KEYED_STATEMENTS,
+    5: PEER_STATEMENTS,
 }
 
 _COLUMNS = (
@@ -614,6 +624,9 @@ class PostgresStore:
         self._results: dict[int, bool] = {}  # finished before an earlier batch: ok, by number
         self._waiters: deque[tuple[int, Callback]] = deque()
         self._retract: RetractJobs | None = None
+        #: The cluster's part of a failed batch's retraction: its new jobs that left the engine
+        #: for the shared queue (`ClusterNode.batch_failed`); None: no cluster.
+        self.retract_released: RetractJobs | None = None
         self._failures = 0
         self._logged_at = 0.0
         self._closed = False
@@ -1076,11 +1089,12 @@ class PostgresStore:
             kv_carried = dict(kv)
             kv_carried.update(self._kv_carried)
             self._kv_carried = kv_carried
-            if created and self._retract is not None:
-                try:
-                    self._retract(created)
-                except Exception:
-                    log.exception("retracting the jobs of a failed batch failed")
+            for retract in (self._retract, self.retract_released):
+                if created and retract is not None:
+                    try:
+                        retract(created)
+                    except Exception:
+                        log.exception("retracting the jobs of a failed batch failed")
         results = self._results
         results[number] = ok
         waiters = self._waiters

@@ -90,6 +90,7 @@ class EngineCollector(Collector):
         yield from self._queues()
         yield from self._workers()
         yield from self._store()
+        yield from self._cluster()
         connections = GaugeMetricFamily(
             "jobwire_connections", "Open connections, by listener", labels=["listener"]
         )
@@ -229,6 +230,36 @@ class EngineCollector(Collector):
             "When the latest checkpoint ended (0: none since start)",
             value=store.checkpoint_at,
         )
+
+    def _cluster(self) -> Iterator[Metric]:
+        cluster: Any = self.service.runtime.cluster
+        if cluster is None:  # not a node of a cluster (postgresql store)
+            return
+        yield GaugeMetricFamily(
+            "jobwire_cluster_peers", "Other live nodes, as of the last heartbeat", cluster.peers
+        )
+        links = cluster.links
+        for name, text, value in (
+            ("claimed", "Jobs this node claimed from the shared queue", cluster.claimed),
+            ("released", "New jobs this node wrote to the shared queue", cluster.released),
+            ("given", "Queued jobs this node gave to the shared queue when asked", cluster.given),
+            (
+                "requeued",
+                "Jobs of dead nodes this node put back in the shared queue",
+                cluster.requeued,
+            ),
+            (
+                "handed",
+                "Foreground jobs this node handed to another node over a peer link",
+                links.handed if links is not None else 0,
+            ),
+            (
+                "taken",
+                "Foreground jobs other nodes handed to this node over a peer link",
+                links.taken if links is not None else 0,
+            ),
+        ):
+            yield CounterMetricFamily(f"jobwire_cluster_jobs_{name}", text, value=value)
 
 
 def make_registry(service: OJSService) -> tuple[CollectorRegistry, EngineCollector]:

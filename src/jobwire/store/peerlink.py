@@ -1,0 +1,442 @@
+"""Links between the nodes of a cluster, for foreground jobs (docs/scaling.md, "Peer links").
+
+A foreground job whose worker is on another node went through the shared queue: the job's
+row committed here, a notification, the other node's claim and its commit, and the result's
+notification back, 5-6 ms in series. When another node has a worker free for the job, the
+node hands it over a TCP link instead: nothing is written (a foreground job is not stored,
+as on one node), the other node runs it as its own client's job, and what happens to it
+comes back over the same link.
+
+- Each node listens on `--peer-listen` and writes the address into its `nodes` row; it dials
+  every other live node that has one (`refresh`, at each heartbeat).
+- A link starts with a challenge: the listening node sends random bytes, the dialer answers
+  with its node id and their HMAC-SHA256 under the cluster's secret (a row of the schema,
+  `cluster_secret`: whoever can read the jobs can read it). Anything else closes the link.
+- The listening node tells its dialers how many workers it has free, per function, each
+  time one of them waits for work; the dialer counts that down as it hands jobs over.
+- The receiving node runs a job handed to it like any foreground job of its own clients:
+  if its workers got busy meanwhile, it offers the job to the shared queue and passes on
+  what it hears of it. It refuses a job it cannot take (its id is already there, or its queue
+  is full): the job comes back.
+- A link that breaks gives back the jobs handed over it that have not finished: they are
+  queued again on their client's node (the other node may have run them: as with a worker
+  that died, the job runs again).
+
+Frames: a 4-byte length, a 4-byte header length, the header (JSON), then the job's payload
+or result, raw. Written by hand: a dozen lines over asyncio streams, where a messaging
+library would bring a second event loop integration for two message kinds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import hmac
+import logging
+import secrets
+import socket
+import struct
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from jobwire.engine.job import Job, JobState, Output
+
+if TYPE_CHECKING:
+    from jobwire.engine.lanes import FunctionInfo
+    from jobwire.store.pgcluster import ClusterNode
+
+log = logging.getLogger("jobwire.cluster")
+
+_FRAME = struct.Struct(">II")
+#: The challenge a listening node opens each link with: a tag and random bytes.
+GREETING = b"JWPEER1\n"
+CHALLENGE_BYTES = 16
+#: Bytes a frame may hold before the link is known: the answer to the challenge is short.
+UNAUTHENTICATED_MAX = 1024
+#: Bytes a frame may hold at most (a job's payload, or its result).
+FRAME_MAX = 1 << 30
+#: Seconds a dialer has to answer the challenge.
+HANDSHAKE_TIMEOUT = 10.0
+#: Seconds between two dials of a node whose link broke, at most.
+REDIAL_MAX = 5.0
+
+SECRET_SQL = """
+WITH made AS (
+    INSERT INTO cluster_secret (id, secret) VALUES (1, %s) ON CONFLICT (id) DO NOTHING
+    RETURNING secret
+)
+SELECT secret FROM made UNION ALL SELECT secret FROM cluster_secret
+"""
+#: The host other nodes reach this one at, as PostgreSQL sees it (NULL over a Unix socket).
+CLIENT_ADDRESS_SQL = "SELECT host(inet_client_addr())"
+#: The node's address, and a word to the others that it is there (they dial it).
+ADVERTISE_SQL = "UPDATE nodes SET peer = %s WHERE id = %s RETURNING pg_notify(%s, 'nodes')"
+PEERS_SQL = """
+SELECT id, peer FROM nodes WHERE id <> %s AND lease_until >= now() AND peer IS NOT NULL
+"""
+
+
+def encode(header: dict[str, Any], blob: bytes = b"") -> bytes:
+    head = orjson.dumps(header)
+    return _FRAME.pack(4 + len(head) + len(blob), len(head)) + head + blob
+
+
+async def read_frame(reader: asyncio.StreamReader, limit: int) -> tuple[dict[str, Any], bytes]:
+    """The next frame: its header and blob. Raises ValueError for a malformed one and
+    asyncio.IncompleteReadError when the link closes."""
+    total, head_size = _FRAME.unpack(await reader.readexactly(_FRAME.size))
+    if total < 4 or total - 4 < head_size or total > limit:
+        raise ValueError(f"bad frame: {total} bytes, header {head_size}")
+    data = await reader.readexactly(total - 4)
+    header = orjson.loads(data[:head_size])
+    if not isinstance(header, dict):
+        raise ValueError("a frame's header is not an object")
+    return header, data[head_size:]
+
+
+def answer(secret: bytes, challenge: bytes) -> str:
+    return hmac.new(secret, challenge, hashlib.sha256).hexdigest()
+
+
+class Outbound:
+    """This node's link to another node: jobs go out, what happens to them and the other
+    node's free workers come back."""
+
+    def __init__(self, links: PeerLinks, node: int, address: str) -> None:
+        self.links = links
+        self.node = node
+        self.address = address
+        self.writer: asyncio.StreamWriter | None = None
+        #: Workers free on the other node, per function, less the jobs sent since it said.
+        self.free: dict[str, int] = {}
+        #: Jobs handed over this link, by id, until they finish or come back.
+        self.handed: dict[str, Job] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                await self._serve()
+                delay = 0.1
+            except asyncio.CancelledError:
+                self._lost()
+                raise
+            except Exception as exc:
+                log.debug("cluster: link to node %d: %s", self.node, exc)
+            self._lost()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, REDIAL_MAX)
+
+    async def _serve(self) -> None:
+        host, port = split_address(self.address)
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            _nodelay(writer)
+            greeting = await asyncio.wait_for(
+                reader.readexactly(len(GREETING) + CHALLENGE_BYTES), HANDSHAKE_TIMEOUT
+            )
+            if not greeting.startswith(GREETING):
+                raise ValueError("not a jobwire node")
+            challenge = greeting[len(GREETING) :]
+            writer.write(
+                encode({"node": self.links.node, "mac": answer(self.links.secret, challenge)})
+            )
+            self.writer = writer
+            while True:
+                header, blob = await read_frame(reader, FRAME_MAX)
+                self._heard(header, blob)
+        finally:
+            self.writer = None
+            writer.close()
+
+    def _heard(self, header: dict[str, Any], blob: bytes) -> None:
+        kind = header.get("o")
+        if kind == "free":
+            self.free[str(header["f"])] = int(header["n"])
+            return
+        if kind == "ok":  # after what its workers were free for when the link began
+            log.info("cluster: linked to node %d at %s", self.node, self.address)
+            return
+        job_id = str(header["j"])
+        cluster = self.links.cluster
+        if kind == "p":
+            cluster.tell_progress(job_id, int(header["d"]), int(header["t"]))
+        elif kind == "o":
+            cluster.tell_output(job_id, Output(int(header["k"])), blob)
+        elif kind == "f":
+            job = self.handed.pop(job_id, None)
+            if job is not None:  # its worker's free again, before its client hears
+                self.free[job.function] = int(header["n"])
+            error = header.get("x")
+            cluster.tell_finished(
+                job_id,
+                JobState(int(header["s"])),
+                blob if header.get("r") else None,
+                None if error is None else base64.b64decode(error),
+            )
+        elif kind == "no":  # refused: queued again here
+            job = self.handed.pop(job_id, None)
+            if job is not None:
+                self.links.cluster.take_back(job)
+
+    def hand(self, job: Job) -> None:
+        assert self.writer is not None
+        self.free[job.function] -= 1
+        self.handed[job.id] = job
+        header: dict[str, Any] = {"o": "run", "j": job.id, "f": job.function, "q": job.queue}
+        header["p"] = job.priority
+        header["g"] = job.origin
+        self.writer.write(encode(header, job.payload))
+
+    def _lost(self) -> None:
+        self.writer = None
+        self.free.clear()
+        handed, self.handed = self.handed, {}
+        if handed:
+            log.warning(
+                "cluster: link to node %d lost with %d foreground job(s) on it: queued again",
+                self.node,
+                len(handed),
+            )
+        for job in handed.values():
+            self.links.cluster.take_back(job)
+
+
+class Inbound:
+    """Another node's link to this one: jobs come in, what happens to them goes back."""
+
+    def __init__(self, writer: asyncio.StreamWriter, node: int) -> None:
+        self.writer = writer
+        self.node = node
+
+    def send(self, header: dict[str, Any], blob: bytes = b"") -> None:
+        if not self.writer.is_closing():
+            self.writer.write(encode(header, blob))
+
+
+class PeerClient:
+    """A `Subscriber` for a job handed here by another node: what the engine tells of it goes
+    back over the link it came by, under the id its client knows."""
+
+    def __init__(self, link: Inbound, job_id: str, functions: Mapping[str, FunctionInfo]) -> None:
+        self.link = link
+        self.job_id = job_id
+        self.functions = functions
+
+    def job_progress(self, job: Job, done: int, total: int) -> None:
+        self.link.send({"o": "p", "j": self.job_id, "d": done, "t": total})
+
+    def job_output(self, job: Job, kind: Output, data: bytes) -> None:
+        self.link.send({"o": "o", "j": self.job_id, "k": int(kind)}, data)
+
+    def job_finished(
+        self, job: Job, state: JobState, result: bytes | None, error: bytes | None
+    ) -> None:
+        header: dict[str, Any] = {"o": "f", "j": self.job_id, "s": int(state)}
+        fn = self.functions.get(job.function)
+        # The workers free for its function now: the other node hands the next job to one of
+        # them at once, not after the worker has said it waits.
+        header["n"] = 0 if fn is None else max(0, len(fn.workers) - fn.running - fn.available)
+        header["r"] = result is not None
+        header["x"] = None if error is None else base64.b64encode(error).decode()
+        self.link.send(header, result or b"")
+
+
+class PeerLinks:
+    """This node's links: its listener, its dials, what it hands over and what it gets."""
+
+    def __init__(self, cluster: ClusterNode, listen: str) -> None:
+        self.cluster = cluster
+        self.node = cluster.node
+        self.listen = listen
+        self.secret = b""
+        self.address: str | None = None
+        self.outbound: dict[int, Outbound] = {}
+        self.inbound: set[Inbound] = set()
+        self.handed = 0  # jobs handed to other nodes, for tests and metrics
+        self.taken = 0  # jobs other nodes handed here
+        self._server: asyncio.base_events.Server | None = None
+        self._advertise: set[str] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self, channel: str) -> None:
+        """Listen, and write this node's address into its row (with the secret made if it is
+        the first node to need it)."""
+        self._loop = asyncio.get_running_loop()
+        fetch = self.cluster.shared_fetch
+        rows = await fetch(SECRET_SQL, (secrets.token_bytes(32),))
+        self.secret = bytes(rows[0][0])
+        host, port = split_address(self.listen)
+        self._server = await asyncio.start_server(self._accepted, host, port)
+        bound = self._server.sockets[0].getsockname()[1]
+        advertised = host
+        if host in ("0.0.0.0", "::"):
+            seen = (await fetch(CLIENT_ADDRESS_SQL, ()))[0][0]
+            advertised = str(seen) if seen else "127.0.0.1"
+        if ":" in advertised:
+            advertised = f"[{advertised}]"
+        self.address = f"{advertised}:{bound}"
+        await fetch(ADVERTISE_SQL, (self.address, self.node, channel))
+        log.info("cluster: peer link on %s", self.address)
+
+    async def refresh(self) -> None:
+        """Dial the live nodes not dialled yet; drop the links of nodes gone."""
+        if self._server is None:
+            return
+        rows = await self.cluster.shared_fetch(PEERS_SQL, (self.node,))
+        live = {int(node): str(address) for node, address in rows}
+        assert self._loop is not None
+        for node, address in live.items():
+            link = self.outbound.get(node)
+            if link is not None and link.address == address:
+                continue
+            if link is not None and link.task is not None:
+                link.task.cancel()
+            link = self.outbound[node] = Outbound(self, node, address)
+            link.task = self._loop.create_task(link.run())
+        for node in set(self.outbound) - set(live):
+            link = self.outbound.pop(node)
+            if link.task is not None:
+                link.task.cancel()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for link in self.inbound:
+            link.writer.close()
+        tasks = [link.task for link in self.outbound.values() if link.task is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self.outbound.clear()
+
+    # ------------------------------------------------------------------ handing over
+
+    def hand_over(self, job: Job) -> bool:
+        """Send `job` to the node with the most workers free for it, if one has any; the
+        caller has let it leave the engine and waits for its news."""
+        best: Outbound | None = None
+        for link in self.outbound.values():
+            free = link.free.get(job.function, 0) if link.writer is not None else 0
+            if free > 0 and (best is None or free > best.free[job.function]):
+                best = link
+        if best is None:
+            return False
+        best.hand(job)
+        self.handed += 1
+        return True
+
+    def can_hand_over(self, function: str) -> bool:
+        return any(
+            link.writer is not None and link.free.get(function, 0) > 0
+            for link in self.outbound.values()
+        )
+
+    # ------------------------------------------------------------------ being handed to
+
+    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        link: Inbound | None = None
+        try:
+            _nodelay(writer)
+            challenge = secrets.token_bytes(CHALLENGE_BYTES)
+            writer.write(GREETING + challenge)
+            header, _ = await asyncio.wait_for(
+                read_frame(reader, UNAUTHENTICATED_MAX), HANDSHAKE_TIMEOUT
+            )
+            mac, node = header.get("mac"), header.get("node")
+            if not (
+                isinstance(mac, str)
+                and isinstance(node, int)
+                and hmac.compare_digest(mac, answer(self.secret, challenge))
+            ):
+                peer = writer.get_extra_info("peername")
+                log.warning("cluster: refused a peer link from %s: wrong answer", peer)
+                return
+            link = Inbound(writer, node)
+            self.inbound.add(link)
+            self._tell_free(link, self.cluster.engine.functions)
+            link.send({"o": "ok"})
+            while True:
+                header, blob = await read_frame(reader, FRAME_MAX)
+                if header.get("o") == "run":
+                    self._run(link, header, blob)
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+            pass
+        except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
+            log.warning("cluster: closed a peer link: %s", exc)
+        finally:
+            if link is not None:
+                self.inbound.discard(link)
+            writer.close()
+
+    def _run(self, link: Inbound, header: dict[str, Any], payload: bytes) -> None:
+        job_id = str(header["j"])
+        engine = self.cluster.engine
+        if self.cluster.closed or engine.jobs.get(job_id) is not None:
+            link.send({"o": "no", "j": job_id})
+            return
+        try:
+            engine.submit(
+                str(header["f"]),
+                payload,
+                priority=int(header["p"]),
+                background=False,
+                subscriber=PeerClient(link, job_id, engine.functions),
+                queue=header.get("q"),
+                job_id=job_id,
+                origin=int(header.get("g") or 0),
+            )
+        except Exception as exc:  # the queue is full here: its node queues it again
+            log.debug("cluster: refused job %s from node %d: %s", job_id, link.node, exc)
+            link.send({"o": "no", "j": job_id})
+            return
+        self.taken += 1
+
+    def worker_idle(self, functions: Iterable[str]) -> None:
+        """A worker here waits for work of `functions`: tell the dialers, at the end of the
+        turn, how many workers are free for each."""
+        if not self.inbound or self._loop is None:
+            return
+        if not self._advertise:
+            self._loop.call_soon(self._send_free)
+        self._advertise.update(functions)
+
+    def _send_free(self) -> None:
+        names, self._advertise = self._advertise, set()
+        functions = self.cluster.engine.functions
+        chosen = {name: functions[name] for name in names if name in functions}
+        for link in list(self.inbound):
+            self._tell_free(link, chosen)
+
+    @staticmethod
+    def _tell_free(link: Inbound, functions: Any) -> None:
+        for name, fn in functions.items():
+            if fn.workers:
+                free = len(fn.workers) - fn.running - fn.available
+                link.send({"o": "free", "f": name, "n": max(0, free)})
+
+
+def split_address(address: str) -> tuple[str, int]:
+    """An address "HOST", "HOST:PORT" or "[V6]:PORT": its host ("0.0.0.0" if
+    empty) and port (0: any)."""
+    if address.startswith("["):
+        host, _, rest = address[1:].partition("]")
+        port = rest.removeprefix(":")
+    elif address.count(":") == 1:
+        host, _, port = address.partition(":")
+    else:
+        host, port = address, ""
+    return host or "0.0.0.0", int(port or 0)
+
+
+def _nodelay(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -1,0 +1,168 @@
+"""Foreground jobs handed between nodes over their peer links (store/peerlink.py).
+
+Real `jobwire serve` nodes on a schema of their own. Which way a job went is read from each
+node's counters at /metrics (`jobwire_cluster_jobs_handed_total` and the others), never from
+timing. A node learns which workers another node has free when its link to it begins and
+each time one of them waits: the tests start the worker's node and let its workers sleep
+before the node that hands jobs to it starts, and wait for that node's "linked" line.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import urllib.request
+
+import pytest
+
+from jobwire.store.peerlink import encode
+from tests.cluster.conftest import start_node
+from tests.cluster.test_pgcluster import sleeping_worker, wake_and_grab
+from tests.interop.gearman_raw import Cmd, GearmanSocket, wait_until
+from tests.pg import Schema
+from tests.servers import ServerProcess
+
+pytestmark = pytest.mark.interop
+
+
+def node_id(node: ServerProcess) -> int:
+    found = wait_until(lambda: re.search(r"cluster: node (\d+) ", node.log()), "node id")
+    return int(found.group(1))
+
+
+def counters(node: ServerProcess) -> dict[str, float]:
+    """The node's `jobwire_cluster_*` metrics, by name without the prefix."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{node.http_port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    found = re.findall(r"^jobwire_cluster_(\w+) (\S+)$", text, re.MULTILINE)
+    return {name: float(value) for name, value in found}
+
+
+def wait_linked(node: ServerProcess, to: ServerProcess) -> None:
+    line = f"cluster: linked to node {node_id(to)} "
+    wait_until(lambda: line in node.log() or None, f"a link to node {node_id(to)}", 60)
+
+
+def test_a_foreground_job_goes_to_another_node_s_free_worker_over_their_link(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    second = start_node(nodes, schema, http=True)
+    with sleeping_worker(second, "linked") as worker:
+        first = start_node(nodes, schema, http=True)
+        wait_linked(first, second)
+        with GearmanSocket(first) as client:
+            for number in range(3):
+                handle = client.submit_fg("linked", f"question {number}")
+                assert wake_and_grab(worker) == (handle, f"question {number}".encode())
+                big = bytes(range(256)) * 400  # 100 kB: what a notification could not carry
+                worker.send(Cmd.WORK_STATUS, handle, "1", "2")
+                worker.send(Cmd.WORK_DATA, handle, "part")
+                worker.send(Cmd.WORK_COMPLETE, handle, big)
+                assert client.expect(Cmd.WORK_STATUS).args == (handle.encode(), b"1", b"2")
+                assert client.expect(Cmd.WORK_DATA).args == (handle.encode(), b"part")
+                assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), big)
+                assert worker.grab().type == Cmd.NO_JOB
+                worker.send(Cmd.PRE_SLEEP)  # free again: its node tells the other
+            failing = client.submit_fg("linked", "doomed")
+            assert wake_and_grab(worker) == (failing, b"doomed")
+            worker.send(Cmd.WORK_FAIL, failing)
+            assert client.expect(Cmd.WORK_FAIL).args == (failing.encode(),)
+    sent, got = counters(first), counters(second)
+    assert (sent["jobs_handed_total"], got["jobs_taken_total"]) == (4, 4)
+    assert sent["jobs_released_total"] == got["jobs_claimed_total"] == 0  # no row written
+    assert schema.rows("SELECT count(*) FROM {schema}.jobs WHERE function = 'linked'") == [(0,)]
+
+
+def test_without_links_a_foreground_job_goes_by_the_shared_queue(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """The control of the test above: the same job, the same counters, `--peer-listen off`."""
+    second = start_node(nodes, schema, "--peer-listen", "off", http=True)
+    with sleeping_worker(second, "unlinked") as worker:
+        first = start_node(nodes, schema, "--peer-listen", "off", http=True)
+        wait_until(lambda: "cluster: 2 nodes" in first.log() or None, "nodes meet", 60)
+        with GearmanSocket(first) as client:
+            handle = client.submit_fg("unlinked", "question")
+            assert wake_and_grab(worker) == (handle, b"question")
+            worker.send(Cmd.WORK_COMPLETE, handle, "answer")
+            assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"answer")
+    sent, got = counters(first), counters(second)
+    assert (sent["jobs_handed_total"], got["jobs_taken_total"]) == (0, 0)
+    assert (sent["jobs_released_total"], got["jobs_claimed_total"]) == (1, 1)
+
+
+def test_a_job_handed_to_a_node_that_dies_runs_again_on_its_client_s_node(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    second = start_node(nodes, schema, http=True)
+    with sleeping_worker(second, "orphaned") as doomed_worker:
+        first = start_node(nodes, schema, http=True)
+        wait_linked(first, second)
+        with GearmanSocket(first) as client:
+            handle = client.submit_fg("orphaned", "survive me")
+            assert wake_and_grab(doomed_worker) == (handle, b"survive me")
+            with sleeping_worker(first, "orphaned") as worker:
+                second.kill()  # SIGKILL, its worker holding the job
+                assert wake_and_grab(worker) == (handle, b"survive me")
+                worker.send(Cmd.WORK_COMPLETE, handle, "done")
+                assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"done")
+    assert "link to node" in first.log() and "queued again" in first.log()
+
+
+def test_a_node_whose_workers_got_busy_passes_a_handed_job_on_through_the_shared_queue(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """The node handing over counts the other's free workers down as it hands jobs, and
+    cannot know of jobs its own clients gave them: the job still runs, elsewhere."""
+    second = start_node(nodes, schema, http=True)
+    busy = [sleeping_worker(second, "crowded") for _ in range(2)]
+    third = start_node(nodes, schema, http=True)
+    spare = sleeping_worker(third, "crowded")
+    first = start_node(nodes, schema, http=True)
+    wait_linked(first, second)
+    wait_linked(first, third)
+    wait_until(lambda: "cluster: 3 nodes" in second.log() or None, "the nodes meet", 60)
+    try:
+        with GearmanSocket(second) as local:
+            for number in range(2):  # the two workers of the second node get busy
+                local.submit_bg("crowded", f"local {number}")
+            for worker in busy:
+                wake_and_grab(worker)
+        with GearmanSocket(first) as client:
+            handle = client.submit_fg("crowded", "anyone")  # to the node it thinks has two free
+            assert wake_and_grab(spare) == (handle, b"anyone")
+            spare.send(Cmd.WORK_COMPLETE, handle, "relayed")
+            assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"relayed")
+    finally:
+        for worker in [*busy, spare]:
+            worker.close()
+    assert counters(first)["jobs_handed_total"] == 1
+    assert counters(second)["jobs_released_total"] == 1
+    assert counters(third)["jobs_claimed_total"] == 1
+
+
+def test_a_peer_link_that_does_not_answer_the_challenge_is_closed(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    node = start_node(nodes, schema, http=True)
+    address = wait_until(
+        lambda: (schema.rows("SELECT peer FROM {schema}.nodes") or [(None,)])[0][0], "address"
+    )
+    host, _, port = str(address).rpartition(":")
+    wrong = encode({"node": 1, "mac": "00" * 32})
+    for attempt in (wrong, b"GET / HTTP/1.0\r\n\r\n", b"\xff" * 64):
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            greeting = b""
+            while len(greeting) < 24:
+                greeting += sock.recv(24 - len(greeting))
+            assert greeting.startswith(b"JWPEER1\n")
+            sock.sendall(attempt)
+            rest = b""
+            while chunk := sock.recv(4096):  # the node closes the link
+                rest += chunk
+            assert rest == b""
+    with sleeping_worker(node, "still") as worker, GearmanSocket(node) as client:
+        handle = client.submit_fg("still", "there")
+        assert wake_and_grab(worker) == (handle, b"there")
+        worker.send(Cmd.WORK_COMPLETE, handle, "yes")
+        assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"yes")
