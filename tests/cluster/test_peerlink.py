@@ -166,3 +166,65 @@ def test_a_peer_link_that_does_not_answer_the_challenge_is_closed(
         assert wake_and_grab(worker) == (handle, b"there")
         worker.send(Cmd.WORK_COMPLETE, handle, "yes")
         assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"yes")
+
+
+def test_a_foreground_job_with_a_unique_id_is_written_as_the_node_whose_worker_is_free(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """Its key must go into the index, so its row is written: as the other node's, in the
+    batch's one commit, and that node hears of it over the link instead of claiming it.
+    Clients on either node that submit the same unique id join it."""
+    second = start_node(nodes, schema, http=True)
+    with sleeping_worker(second, "keyed") as worker:
+        first = start_node(nodes, schema, http=True)
+        wait_linked(first, second)
+        with GearmanSocket(first) as client, GearmanSocket(second) as other:
+            handle = client.submit_fg("keyed", "question", unique="only-once")
+            assert wake_and_grab(worker) == (handle, b"question")
+            owner = schema.rows(f"SELECT owner FROM {{schema}}.jobs WHERE id = '{handle}'")
+            assert owner == [(node_id(second),)]
+            assert other.submit_fg("keyed", "again", unique="only-once") == handle
+            worker.send(Cmd.WORK_STATUS, handle, "1", "2")
+            worker.send(Cmd.WORK_COMPLETE, handle, "answer")
+            for waiting in (client, other):
+                assert waiting.expect(Cmd.WORK_STATUS).args == (handle.encode(), b"1", b"2")
+                assert waiting.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"answer")
+    sent, got = counters(first), counters(second)
+    assert (sent["jobs_handed_total"], got["jobs_taken_total"]) == (1, 1)
+    assert sent["jobs_released_total"] == got["jobs_claimed_total"] == 0
+    gone = "SELECT count(*) FROM {schema}.jobs WHERE function = 'keyed'"
+    wait_until(lambda: schema.rows(gone) == [(0,)] or None, "the row deleted by its owner")
+
+
+def test_a_unique_foreground_job_a_worker_here_is_free_for_runs_here_without_a_claim(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    first, second = (start_node(nodes, schema, http=True) for _ in range(2))
+    wait_until(lambda: "cluster: 2 nodes" in first.log() or None, "nodes meet", 60)
+    with sleeping_worker(first, "near") as worker, GearmanSocket(first) as client:
+        handle = client.submit_fg("near", "question", unique="near-1")
+        assert wake_and_grab(worker) == (handle, b"question")
+        worker.send(Cmd.WORK_COMPLETE, handle, "answer")
+        assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"answer")
+    here = counters(first)
+    assert here["jobs_claimed_total"] == here["jobs_released_total"] == 0
+    assert counters(second)["jobs_claimed_total"] == 0
+
+
+def test_a_unique_job_written_as_a_node_that_dies_goes_to_the_shared_queue(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    lease = ("--node-lease", "600")  # only the broken link can free the row in time
+    second = start_node(nodes, schema, *lease, http=True)
+    with sleeping_worker(second, "keyed-orphan") as doomed_worker:
+        first = start_node(nodes, schema, *lease, http=True)
+        wait_linked(first, second)
+        with GearmanSocket(first) as client:
+            handle = client.submit_fg("keyed-orphan", "survive me", unique="k-1")
+            assert wake_and_grab(doomed_worker) == (handle, b"survive me")
+            with sleeping_worker(first, "keyed-orphan") as worker:
+                second.kill()
+                assert wake_and_grab(worker) == (handle, b"survive me")
+                worker.send(Cmd.WORK_COMPLETE, handle, "done")
+                assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"done")
+    assert counters(first)["jobs_claimed_total"] == 1

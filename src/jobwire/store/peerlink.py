@@ -115,6 +115,9 @@ class Outbound:
         self.free: dict[str, int] = {}
         #: Jobs handed over this link, by id, until they finish or come back.
         self.handed: dict[str, Job] = {}
+        #: Rows written as the other node's and sent over this link, by job id: the row's key
+        #: and the job's function, until the job finishes.
+        self.rows: dict[str, tuple[int, str]] = {}
         self.task: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
@@ -170,8 +173,9 @@ class Outbound:
             cluster.tell_output(job_id, Output(int(header["k"])), blob)
         elif kind == "f":
             job = self.handed.pop(job_id, None)
-            if job is not None:  # its worker's free again, before its client hears
-                self.free[job.function] = int(header["n"])
+            function = job.function if job is not None else self.rows.pop(job_id, (0, None))[1]
+            if function is not None:  # its worker's free again, before its client hears
+                self.free[function] = int(header["n"])
             error = header.get("x")
             cluster.tell_finished(
                 job_id,
@@ -179,32 +183,49 @@ class Outbound:
                 blob if header.get("r") else None,
                 None if error is None else base64.b64decode(error),
             )
-        elif kind == "no":  # refused: queued again here
+        elif kind == "no":  # refused: queued again here, or its row in the shared queue
             job = self.handed.pop(job_id, None)
             if job is not None:
                 self.links.cluster.take_back(job)
+            row = self.rows.pop(job_id, None)
+            if row is not None:
+                self.links.cluster.free_rows(self.node, [row[0]])
 
     def hand(self, job: Job) -> None:
         assert self.writer is not None
-        self.free[job.function] -= 1
         self.handed[job.id] = job
         header: dict[str, Any] = {"o": "run", "j": job.id, "f": job.function, "q": job.queue}
         header["p"] = job.priority
         header["g"] = job.origin
         self.writer.write(encode(header, job.payload))
 
+    def send_row(self, row: tuple[Any, ...]) -> None:
+        """A row written as the other node's (StoredJob's fields): it runs the job."""
+        assert self.writer is not None
+        job_id, function, queue, unique, payload, priority, _state = row[:7]
+        attempts, max_attempts, run_at, created_at, reducer, ext, key, origin = row[7:]
+        self.rows[job_id] = (key, function)
+        header = {"o": "row", "j": job_id, "f": function, "q": queue, "u": unique}
+        header.update(p=priority, a=attempts, m=max_attempts, r=run_at, c=created_at)
+        header.update(d=reducer, s=key, g=origin)
+        header["x"] = None if ext is None else base64.b64encode(ext).decode()
+        self.writer.write(encode(header, payload))
+
     def _lost(self) -> None:
         self.writer = None
         self.free.clear()
         handed, self.handed = self.handed, {}
-        if handed:
+        rows, self.rows = self.rows, {}
+        if handed or rows:
             log.warning(
                 "cluster: link to node %d lost with %d foreground job(s) on it: queued again",
                 self.node,
-                len(handed),
+                len(handed) + len(rows),
             )
         for job in handed.values():
             self.links.cluster.take_back(job)
+        if rows:
+            self.links.cluster.free_rows(self.node, [key for key, _ in rows.values()])
 
 
 class Inbound:
@@ -319,17 +340,35 @@ class PeerLinks:
 
     # ------------------------------------------------------------------ handing over
 
+    def reserve(self, function: str) -> Outbound | None:
+        """The link to the node with the most workers free for `function`, one of them now
+        counted as taken; None if no node has one."""
+        best: Outbound | None = None
+        for link in self.outbound.values():
+            free = link.free.get(function, 0) if link.writer is not None else 0
+            if free > 0 and (best is None or free > best.free[function]):
+                best = link
+        if best is not None:
+            best.free[function] -= 1
+        return best
+
     def hand_over(self, job: Job) -> bool:
         """Send `job` to the node with the most workers free for it, if one has any; the
         caller has let it leave the engine and waits for its news."""
-        best: Outbound | None = None
-        for link in self.outbound.values():
-            free = link.free.get(job.function, 0) if link.writer is not None else 0
-            if free > 0 and (best is None or free > best.free[job.function]):
-                best = link
-        if best is None:
+        link = self.reserve(job.function)
+        if link is None:
             return False
-        best.hand(job)
+        link.hand(job)
+        self.handed += 1
+        return True
+
+    def send_row(self, node: int, job_id: str, row: tuple[Any, ...]) -> bool:
+        """Tell `node` of a row written as its own (`ClusterNode.written`): False if its link
+        is down (the row goes back to the shared queue)."""
+        link = self.outbound.get(node)
+        if link is None or link.writer is None:
+            return False
+        link.send_row(row)
         self.handed += 1
         return True
 
@@ -365,8 +404,11 @@ class PeerLinks:
             link.send({"o": "ok"})
             while True:
                 header, blob = await read_frame(reader, FRAME_MAX)
-                if header.get("o") == "run":
+                kind = header.get("o")
+                if kind == "run":
                     self._run(link, header, blob)
+                elif kind == "row":
+                    self._take_row(link, header, blob)
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
         except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
@@ -395,6 +437,32 @@ class PeerLinks:
             )
         except Exception as exc:  # the queue is full here: its node queues it again
             log.debug("cluster: refused job %s from node %d: %s", job_id, link.node, exc)
+            link.send({"o": "no", "j": job_id})
+            return
+        self.taken += 1
+
+    def _take_row(self, link: Inbound, header: dict[str, Any], payload: bytes) -> None:
+        job_id = str(header["j"])
+        ext = header.get("x")
+        row = (
+            job_id,
+            str(header["f"]),
+            header.get("q"),
+            header.get("u"),
+            payload,
+            int(header["p"]),
+            int(JobState.AVAILABLE),
+            int(header["a"]),
+            header.get("m"),
+            header.get("r"),
+            float(header["c"]),
+            header.get("d"),
+            None if ext is None else base64.b64decode(ext),
+            int(header["s"]),
+            int(header.get("g") or 0),
+        )
+        subscriber = PeerClient(link, job_id, self.cluster.engine.functions)
+        if not self.cluster.load_from_link(row, subscriber):
             link.send({"o": "no", "j": job_id})
             return
         self.taken += 1

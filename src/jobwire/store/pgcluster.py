@@ -52,6 +52,7 @@ from psycopg import sql
 from jobwire.engine.job import ORIGIN_TITANIC, Job, JobState, Output, Subscriber
 from jobwire.ports import StoredJob, decode_ext
 from jobwire.ports.cluster import Counts
+from jobwire.store.frames import full_row
 from jobwire.store.peerlink import PeerClient, PeerLinks
 from jobwire.store.pgshared import SharedState
 from jobwire.store.postgres import (
@@ -64,6 +65,7 @@ from jobwire.store.postgres import (
     RECONNECT_MIN,
     SESSION_SQL,
     PostgresStore,
+    WrittenAs,
     _reason,
 )
 from jobwire.store.sharedkeys import SHARED_NOTE
@@ -173,6 +175,16 @@ WHERE j.queue = %s AND (j.owner IS NULL OR n.id IS NULL OR n.lease_until < now()
 GROUP BY j.state
 """
 
+#: Give back to the shared queue rows written as a node's that will not run them (the rows'
+#: keys, the node, the channel): its link broke, or it refused them.
+FREE_ROWS_SQL = """
+WITH freed AS (
+    UPDATE jobs SET owner = NULL WHERE seq = ANY(%s) AND owner = %s RETURNING function, queue
+), names AS (
+    SELECT DISTINCT function || chr(31) || queue AS name FROM freed
+)
+SELECT count(pg_notify(%s, name)) FROM names
+"""
 #: A message for a node whose client waits on a foreground job (node channel, payload); one
 #: too large for a notification goes into `relay`, and the notification names its row.
 NOTIFY_SQL = "SELECT pg_notify(%s, %s)"
@@ -291,6 +303,9 @@ class ClusterNode:
         self.shared = SharedState(self)
         #: Links to the other nodes, for foreground jobs (`jobwire.store.peerlink`); None: off.
         self.links = PeerLinks(self, peer_listen) if peer_listen else None
+        #: Held foreground jobs whose batch writes them as a node's own (this one's, or one a
+        #: link reaches), by id: that node, until the batch settles (`written_as`).
+        self._written_as: dict[str, int] = {}
 
     # ------------------------------------------------------------------ wiring
 
@@ -740,7 +755,7 @@ class ClusterNode:
         if wanted:
             self._want()
 
-    def _releases(self, job: Job) -> bool:
+    def _releases(self, job: Job) -> bool | WrittenAs:
         """At the end of the turn that created `job`: write it to the shared queue (and let
         it leave this engine) when other nodes run and no local worker is free for it."""
         if not self.peers:
@@ -775,6 +790,62 @@ class ClusterNode:
         for job in jobs:
             if not job.background and job in self.waits.get(job.id, ()):
                 self.tell_finished(job.id, JobState.CANCELLED, None, None)
+
+    def written_as(self, job: Job) -> WrittenAs | None:
+        """A held foreground job about to be offered (its unique key goes into the index with
+        its row): written as this node's if a worker here is free for it, or as the node's
+        a link says has one, which runs it once the batch commits (`written`), without a
+        claim; None: nobody's, in the shared queue."""
+        if self.keeps(job, waiting_here=1):
+            node = self.node
+        elif self.links is not None and (link := self.links.reserve(job.function)) is not None:
+            node = link.node
+        else:
+            return None
+        self._written_as[job.id] = node
+        return WrittenAs(node)
+
+    def written(self, job: Job) -> None:
+        """`job`'s batch committed with its key: to the node it was written as, if one."""
+        node = self._written_as.pop(job.id, None)
+        if node is None or job not in self.waits.get(job.id, ()):
+            return  # nobody's, or its clients went
+        full = full_row(job)
+        row = (*full[1:7], int(JobState.AVAILABLE), *full[8:14], full[0], full[14])
+        if node == self.node:
+            self.load([(*row, self.node)])  # as if claimed: its clients wait here
+        elif self.links is None or not self.links.send_row(node, job.id, row):
+            self.free_rows(node, [job.row])
+
+    def unwritten(self, job: Job) -> None:
+        """`job`'s batch failed, or another job holds its key: no row of it was written."""
+        self._written_as.pop(job.id, None)
+
+    def free_rows(self, node: int, rows: list[int]) -> None:
+        """Rows written as `node`'s that it will not run (its link broke, or it refused
+        them) go to the shared queue, unless that node's lease ran out first (then they are
+        there already) or it took them in another way."""
+        if self._loop is not None and not self._closed:
+            self._loop.create_task(self._free_rows(node, rows))
+
+    async def _free_rows(self, node: int, rows: list[int]) -> None:
+        try:
+            await self._claims.fetch(FREE_ROWS_SQL, (rows, node, self.store.channel))
+        except Exception as exc:
+            log.warning(
+                "cluster: %d job(s) written as node %d's stay its own: %s",
+                len(rows),
+                node,
+                _reason(exc),
+            )
+
+    def load_from_link(self, row: tuple[Any, ...], subscriber: Subscriber) -> bool:
+        """A row another node wrote as this node's and sent over a link: into the engine,
+        what happens to it going to `subscriber`. False: refused (an id here already)."""
+        if self._closed or self.engine.jobs.get(str(row[0])) is not None:
+            return False
+        self.load([(*row, None)], subscriber)
+        return True
 
     def take_back(self, job: Job) -> None:
         """A job handed to another node came back (refused, or its link broke): queued here
@@ -908,7 +979,7 @@ class ClusterNode:
                 self._dry.add(key)  # nothing more is waiting: look again when told
             self._ask(key, limit - len(rows))
         if rows:
-            self.load(rows)
+            self.claimed += self.load(rows)
         return len(rows)
 
     # ------------------------------------------------------------------ rebalancing
@@ -1034,9 +1105,10 @@ class ClusterNode:
                     del self._fetching[queue]
         return claimed
 
-    def load(self, rows: list[tuple[Any, ...]]) -> None:
+    def load(self, rows: list[tuple[Any, ...]], subscriber: Subscriber | None = None) -> int:
         """Claimed rows into the engine, best first, through replay; a foreground job's
-        client, waiting on another node, hears of it through that node."""
+        client, waiting on another node, hears of it through that node (or `subscriber`).
+        How many went into the engine."""
         jobs = [StoredJob(*row[:-1]) for row in rows]  # each row: StoredJob's, client_node
         clients = {
             job.row: row[-1] for job, row in zip(jobs, rows, strict=True) if row[-1] is not None
@@ -1047,7 +1119,7 @@ class ClusterNode:
             if job.ext is not None:
                 job.ext = bytes(job.ext)
         fresh = [job for job in jobs if self.engine.jobs.get(job.id) is None]
-        self.claimed += self.engine.replay(fresh)
+        loaded = self.engine.replay(fresh)
         for stored in fresh:
             client = clients.get(stored.row)
             claimed = self.engine.jobs.get(stored.id)
@@ -1055,8 +1127,13 @@ class ClusterNode:
                 _restore_error(claimed)
                 for hook in self._claim_hooks:
                     hook(claimed)
-            if client is not None and claimed is not None and not claimed.state.terminal:
+            if claimed is None or claimed.state.terminal:
+                continue
+            if subscriber is not None:
+                self.engine.subscribe(claimed, subscriber)
+            elif client is not None:
                 self.engine.subscribe(claimed, self.client_of(int(client), claimed.id))
+        return loaded
 
     def client_of(self, node: int, job_id: str) -> Subscriber:
         """The subscriber that tells `node`'s clients waiting on `job_id` what happens to the job

@@ -194,7 +194,7 @@ class RemoteJobs:
         rows = await self._lookups.fetch(REAP_AND_TAKE_SQL, parameters)
         taken = [row[1:] for row in rows if row[1] is not None]
         if taken:
-            self.cluster.load(taken)
+            self.cluster.claimed += self.cluster.load(taken)
         return bool(taken)
 
     async def from_every_node(

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobwire.engine.job import Job, JobState
 from jobwire.store.pgrates import SharedRates
+from jobwire.store.postgres import WrittenAs
 from jobwire.store.sharedkeys import CRON_CHANGED, CRON_NAMESPACE, PAUSES_CHANGED, RATES_CHANGED
 
 if TYPE_CHECKING:
@@ -143,14 +144,18 @@ class SharedState:
             self._answer(job, None)
             if engine.jobs.get(job.id) is job and job.state is JobState.PENDING:
                 engine.activate(job)  # kept here: now it may run
+            else:
+                cluster.written(job)  # to the node it was written as, if it was
         for job, holder in lost:
             self._answer(job, holder)
+            cluster.unwritten(job)
             # It leaves: held here, or offered to the shared queue (a foreground job).
             gone = engine.withdraw_pending(job) or cluster.stop_waiting(job)
             if gone and job.subscribers:  # foreground clients wait on it here
                 self._follow(job, holder)
         for job in failed:
             self._answer(job, None)
+            cluster.unwritten(job)
             if cluster.stop_waiting(job):  # offered with the batch: the engine cannot retract it
                 _end(job, JobState.CANCELLED, None)
 
@@ -178,10 +183,12 @@ class SharedState:
         if future is not None and not future.done():
             future.set_result(holder)
 
-    def releases_held(self, job: Job) -> bool | None:
+    def releases_held(self, job: Job) -> bool | WrittenAs | None:
         """At the end of the turn that created a held job: None if `job` is not held; True
         if it goes to the shared queue (it leaves this engine now, and its row is written
-        available and nobody's), False if it stays here, to run once its key is settled."""
+        available and nobody's), False if it stays here, to run once its key is settled;
+        for a foreground job a free worker waits for, here or on a node a peer link
+        reaches, that node, whose row it is written as (`ClusterNode.written_as`)."""
         if self.store.held.get(job.id) is not job:
             return None
         if not job.background:
@@ -193,6 +200,9 @@ class SharedState:
                 self._answer(job, None)
                 return False
             self.cluster.wait_elsewhere(job)
+            owner = self.cluster.written_as(job)
+            if owner is not None:
+                return owner
             self.cluster.released += 1
             return True
         if job.subscribers or self.cluster.keeps(job, waiting_here=1):

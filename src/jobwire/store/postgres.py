@@ -43,6 +43,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -59,6 +60,17 @@ from jobwire.store.sqlite import EARLY_BATCH_WRITES, StoreError
 log = logging.getLogger("jobwire.store")
 
 SCHEMA_VERSION = 6
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenAs:
+    """What `PostgresStore.releases` answers for a new job to be written as `node`'s (this
+    node's or another's) in its own batch: that node runs it once the batch commits,
+    without claiming it (`jobwire.store.pgcluster`)."""
+
+    node: int
+
+
 #: Seconds between two connection attempts while PostgreSQL is away: doubling from the
 #: first to the last.
 RECONNECT_MIN = 0.05
@@ -560,7 +572,7 @@ class PostgresStore:
         self.last_error: str | None = None
         #: Decides, at the end of a turn, which new jobs go to the shared queue instead of
         #: staying with this node (`jobwire.store.pgcluster`); None: every job stays.
-        self.releases: Callable[[Job], bool] | None = None
+        self.releases: Callable[[Job], bool | WrittenAs] | None = None
         #: Called when the store drops its connections (the cluster's own go too).
         self.on_abandon: list[Callable[[], None]] = []
         #: Called when half the block of row keys is used (the cluster takes the next one).
@@ -860,7 +872,10 @@ class PostgresStore:
                 ready.add(f"{job.function}\x1f{job.queue}")
             elif releases is not None and key in new_rows:
                 row = full_row(job)  # as queued here, before it may leave the engine
-                if releases(job):
+                verdict = releases(job)
+                if isinstance(verdict, WrittenAs):  # that node's, its client waiting here
+                    rows[key] = (*row, verdict.node, me)
+                elif verdict:
                     rows[key] = (*row, None, None if job.background else me)
                     ready.add(f"{job.function}\x1f{job.queue}")
                 elif job.background:
