@@ -76,6 +76,8 @@ def status_command(store: str, as_json: bool) -> None:
         click.echo("  nodes: none running")
     for node in info["nodes"]:
         state = "alive" if node["alive"] else "lease ran out"
+        if node.get("peer"):
+            state += f", peer links at {node['peer']}"
         click.echo(
             f"  node {node['id']} at {node['address']} (pid {node['pid']}, {state}):"
             f" {node['jobs']} jobs"

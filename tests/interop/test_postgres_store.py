@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from jobwire.store.postgres import SCHEMA_VERSION
 from tests.interop.gearman_raw import DEADLINE, SUBMIT_BG, Cmd, GearmanSocket, pack, wait_until
 from tests.interop.test_durability import drain, show_jobs
 from tests.ojs.dsl import Runner
@@ -247,11 +248,11 @@ def test_db_migrate_and_status_show_the_schema_and_the_node(
     assert "version 0" in before.stdout and "jobwire db migrate" in before.stdout
     migrated = jobwire("db", "migrate", store=schema.dsn)
     assert migrated.returncode == 0, migrated.stderr
-    assert migrated.stdout.strip() == "schema version 0 -> 5"
+    assert migrated.stdout.strip() == f"schema version 0 -> {SCHEMA_VERSION}"
     again = jobwire("db", "migrate", store=schema.dsn)
-    assert again.stdout.strip() == "schema version 6: up to date"
+    assert again.stdout.strip() == f"schema version {SCHEMA_VERSION}: up to date"
     idle = json.loads(jobwire("db", "status", "--json", store=schema.dsn).stdout)
-    assert (idle["version"], idle["jobs"], idle["nodes"]) == (5, {}, [])
+    assert (idle["version"], idle["jobs"], idle["nodes"]) == (SCHEMA_VERSION, {}, [])
 
     server = start(servers, schema)
     with GearmanSocket(server) as client:
@@ -261,8 +262,16 @@ def test_db_migrate_and_status_show_the_schema_and_the_node(
     assert running["jobs"] == {"3": 3}  # JobState.AVAILABLE
     [node] = running["nodes"]
     assert (node["alive"], node["jobs"], node["pid"]) == (True, 3, server.proc.pid)
+
+    def peer_address() -> object:  # written once the node listens for the other nodes' links
+        status = json.loads(jobwire("db", "status", "--json", store=schema.dsn).stdout)
+        return status["nodes"][0]["peer"]
+
+    peer = wait_until(peer_address, "the node's peer address")
+    assert str(peer).startswith("127.0.0.1:")
     shown = jobwire("db", "status", store=schema.dsn).stdout
     assert "jobs available: 3" in shown and f"pid {server.proc.pid}" in shown
+    assert f"peer links at {peer}" in shown
 
     not_postgres = jobwire("db", "status", store="sqlite:x.db")
     assert not_postgres.returncode != 0 and "postgresql://" in not_postgres.stderr
@@ -285,7 +294,7 @@ def test_db_migrate_upgrades_a_version_2_schema_whose_jobs_then_run(
         )
     migrated = jobwire("db", "migrate", store=schema.dsn)
     assert migrated.returncode == 0, migrated.stderr
-    assert migrated.stdout.strip() == "schema version 2 -> 5"
+    assert migrated.stdout.strip() == f"schema version 2 -> {SCHEMA_VERSION}"
     assert schema.rows("SELECT ukey FROM {schema}.jobs") == [(None,)]  # as it was
     assert schema.rows("SELECT count(*) FROM {schema}.paused_queues") == [(0,)]
     assert schema.rows("SELECT count(*) FROM {schema}.queue_rates") == [(0,)]

@@ -468,8 +468,8 @@ class PeerLinks:
         self.taken += 1
 
     def worker_idle(self, functions: Iterable[str]) -> None:
-        """A worker here waits for work of `functions`: tell the dialers, at the end of the
-        turn, how many workers are free for each."""
+        """Workers here may be free for `functions` (one waits for work, or a job of them
+        ended): tell the dialers, at the end of the turn, how many are free for each."""
         if not self.inbound or self._loop is None:
             return
         if not self._advertise:

@@ -607,7 +607,10 @@ class ClusterNode:
             if peers:
                 self.want_all()  # workers idle here may get what the others keep
         if self.links is not None and self.links.address is not None:
-            await self.links.refresh()
+            try:  # the lease is renewed: a failed look at the peers must not count against it
+                await self.links.refresh()
+            except Exception as exc:
+                log.warning("cluster: could not read the other nodes' links: %s", _reason(exc))
         dead, requeued, _ = (await self._beat.fetch(REAP_SQL, (self.node, self.store.channel)))[0]
         if dead:
             self.requeued += int(requeued)

@@ -529,13 +529,21 @@ def status(dsn: str) -> dict[str, Any]:
                 info["records"] = conn.execute("SELECT count(*) FROM kv").fetchone()[0]  # type: ignore[index]
             info["nodes"] = []
             if version >= 2:
+                peer = "peer" if version >= 6 else "NULL"  # the address of its links
                 nodes = conn.execute(
-                    "SELECT id, address, pid, lease_until > now(),"
+                    f"SELECT id, address, pid, lease_until > now(), {peer},"
                     " (SELECT count(*) FROM jobs WHERE owner = nodes.id) FROM nodes ORDER BY id"
                 ).fetchall()
                 info["nodes"] = [
-                    {"id": n, "address": a, "pid": p, "alive": bool(live), "jobs": int(j)}
-                    for n, a, p, live, j in nodes
+                    {
+                        "id": n,
+                        "address": a,
+                        "pid": p,
+                        "alive": bool(live),
+                        "peer": link,
+                        "jobs": int(j),
+                    }
+                    for n, a, p, live, link, j in nodes
                 ]
                 unowned = conn.execute("SELECT count(*) FROM jobs WHERE owner IS NULL").fetchone()
                 info["unowned"] = int(unowned[0]) if unowned else 0
