@@ -109,11 +109,14 @@ def test_a_job_handed_to_a_node_that_dies_runs_again_on_its_client_s_node(
     assert "link to node" in first.log() and "queued again" in first.log()
 
 
-def test_a_node_whose_workers_got_busy_passes_a_handed_job_on_through_the_shared_queue(
+def test_a_node_whose_workers_got_busy_sends_a_handed_job_back_and_it_goes_elsewhere(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:
     """The node handing over counts the other's free workers down as it hands jobs, and
-    cannot know of jobs its own clients gave them: the job still runs, elsewhere."""
+    cannot know of jobs that node's own clients gave them: that node sends the job back, saying
+    how many it has free, and the job goes to a node that has one. Passing it on through the
+    shared queue instead would leave a row of it there should the link then break, as its node
+    queues it again (two copies: tests/cluster/test_cluster_load.py found it)."""
     second = start_node(nodes, schema, http=True)
     busy = [sleeping_worker(second, "crowded") for _ in range(2)]
     third = start_node(nodes, schema, http=True)
@@ -131,14 +134,15 @@ def test_a_node_whose_workers_got_busy_passes_a_handed_job_on_through_the_shared
         with GearmanSocket(first) as client:
             handle = client.submit_fg("crowded", "anyone")  # to the node it thinks has two free
             assert wake_and_grab(spare) == (handle, b"anyone")
-            spare.send(Cmd.WORK_COMPLETE, handle, "relayed")
-            assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"relayed")
+            spare.send(Cmd.WORK_COMPLETE, handle, "elsewhere")
+            assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"elsewhere")
     finally:
         for worker in [*busy, spare]:
             worker.close()
-    assert counters(first)["jobs_handed_total"] == 1
-    assert counters(second)["jobs_released_total"] == 1
-    assert counters(third)["jobs_claimed_total"] == 1
+    assert counters(first)["jobs_handed_total"] == 2  # to the second node, then the third
+    assert counters(second)["jobs_taken_total"] == counters(second)["jobs_released_total"] == 0
+    assert (counters(third)["jobs_taken_total"], counters(third)["jobs_claimed_total"]) == (1, 0)
+    assert schema.rows(f"SELECT count(*) FROM {{schema}}.jobs WHERE id = '{handle}'") == [(0,)]
 
 
 def test_a_peer_link_that_does_not_answer_the_challenge_is_closed(

@@ -14,10 +14,11 @@ comes back over the same link.
   `cluster_secret`: whoever can read the jobs can read it). Anything else closes the link.
 - The listening node tells its dialers how many workers it has free, per function, each
   time one of them waits for work; the dialer counts that down as it hands jobs over.
-- The receiving node runs a job handed to it like any foreground job of its own clients:
-  if its workers got busy meanwhile, it offers the job to the shared queue and passes on
-  what it hears of it. It refuses a job it cannot take (its id is already there, or its queue
-  is full): the job comes back.
+- The receiving node runs a job handed to it like any foreground job of its own clients. It
+  refuses a job it cannot take: its workers got busy meanwhile, its id is already there, or
+  its queue is full. The job then comes back to its node, which queues it again, with the
+  refusing node's free-worker count. The receiving node never passes a job on through the
+  shared queue: a row of it there, and its node's copy after a broken link, would be two.
 - A link that breaks gives back the jobs handed over it that have not finished: they are
   queued again on their client's node (the other node may have run them: as with a worker
   that died, the job runs again).
@@ -185,9 +186,12 @@ class Outbound:
             )
         elif kind == "no":  # refused: queued again here, or its row in the shared queue
             job = self.handed.pop(job_id, None)
+            row = self.rows.pop(job_id, None)
+            function = job.function if job is not None else row[1] if row is not None else None
+            if function is not None:  # as free as it says, before this node looks again
+                self.free[function] = int(header.get("n") or 0)
             if job is not None:
                 self.links.cluster.take_back(job)
-            row = self.rows.pop(job_id, None)
             if row is not None:
                 self.links.cluster.free_rows(self.node, [row[0]])
 
@@ -249,6 +253,13 @@ class PeerClient:
         self.job_id = job_id
         self.functions = functions
 
+    def refuse(self, job: Job) -> None:
+        """Send the job back to its node, which queues it again: no worker here is free for
+        it after all (passing it on through the shared queue would leave its row there
+        should the link break, and its node queue it again too)."""
+        free = free_workers(self.functions, job.function)
+        self.link.send({"o": "no", "j": self.job_id, "n": free})
+
     def job_progress(self, job: Job, done: int, total: int) -> None:
         self.link.send({"o": "p", "j": self.job_id, "d": done, "t": total})
 
@@ -259,10 +270,9 @@ class PeerClient:
         self, job: Job, state: JobState, result: bytes | None, error: bytes | None
     ) -> None:
         header: dict[str, Any] = {"o": "f", "j": self.job_id, "s": int(state)}
-        fn = self.functions.get(job.function)
         # The workers free for its function now: the other node hands the next job to one of
         # them at once, not after the worker has said it waits.
-        header["n"] = 0 if fn is None else max(0, len(fn.workers) - fn.running - fn.available)
+        header["n"] = free_workers(self.functions, job.function)
         header["r"] = result is not None
         header["x"] = None if error is None else base64.b64encode(error).decode()
         self.link.send(header, result or b"")
@@ -422,7 +432,7 @@ class PeerLinks:
         job_id = str(header["j"])
         engine = self.cluster.engine
         if self.cluster.closed or engine.jobs.get(job_id) is not None:
-            link.send({"o": "no", "j": job_id})
+            self._refuse(link, job_id, header)
             return
         try:
             engine.submit(
@@ -437,7 +447,7 @@ class PeerLinks:
             )
         except Exception as exc:  # the queue is full here: its node queues it again
             log.debug("cluster: refused job %s from node %d: %s", job_id, link.node, exc)
-            link.send({"o": "no", "j": job_id})
+            self._refuse(link, job_id, header)
             return
         self.taken += 1
 
@@ -463,9 +473,13 @@ class PeerLinks:
         )
         subscriber = PeerClient(link, job_id, self.cluster.engine.functions)
         if not self.cluster.load_from_link(row, subscriber):
-            link.send({"o": "no", "j": job_id})
+            self._refuse(link, job_id, header)
             return
         self.taken += 1
+
+    def _refuse(self, link: Inbound, job_id: str, header: dict[str, Any]) -> None:
+        free = free_workers(self.cluster.engine.functions, str(header.get("f")))
+        link.send({"o": "no", "j": job_id, "n": free})
 
     def worker_idle(self, functions: Iterable[str]) -> None:
         """Workers here may be free for `functions` (one waits for work, or a job of them
@@ -487,8 +501,14 @@ class PeerLinks:
     def _tell_free(link: Inbound, functions: Any) -> None:
         for name, fn in functions.items():
             if fn.workers:
-                free = len(fn.workers) - fn.running - fn.available
-                link.send({"o": "free", "f": name, "n": max(0, free)})
+                link.send({"o": "free", "f": name, "n": free_workers(functions, name)})
+
+
+def free_workers(functions: Mapping[str, FunctionInfo], function: str) -> int:
+    """Workers free for `function`: connected for it, less those running a job of it and
+    the jobs of it queued."""
+    fn = functions.get(function)
+    return 0 if fn is None else max(0, len(fn.workers) - fn.running - fn.available)
 
 
 def split_address(address: str) -> tuple[str, int]:

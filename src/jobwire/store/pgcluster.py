@@ -769,6 +769,13 @@ class ClusterNode:
         if job.background == bool(job.subscribers) or self.keeps(job):
             return False  # a background job a client waits on, or an orphan; or kept
         links = self.links
+        handed_here = _handed_here(job)
+        if handed_here is not None:  # another node's job, no worker here free for it now
+            if self.engine.release(job):
+                handed_here.refuse(job)
+                if links is not None:
+                    links.taken -= 1
+            return False
         if (
             not job.background
             and links is not None
@@ -1168,12 +1175,20 @@ def _movable(job: Job) -> bool:
     return job.background and not job.subscribers and job.origin != ORIGIN_TITANIC
 
 
+def _handed_here(job: Job) -> PeerClient | None:
+    """The link a job came by from another node (`jobwire.store.peerlink`), if it did."""
+    for subscriber in job.subscribers or ():
+        if isinstance(subscriber, PeerClient):
+            return subscriber
+    return None
+
+
 def _linkable(job: Job) -> bool:
     """A foreground job another node can run from what a link carries: no unique key (the
     index holds those), no options of an adapter, no reducer, not handed over already."""
     if job.unique is not None or job.ext is not None or job.reducer is not None:
         return False
-    return not any(isinstance(subscriber, PeerClient) for subscriber in job.subscribers or ())
+    return _handed_here(job) is None
 
 
 def detached_job(row: StoredJob) -> Job:
