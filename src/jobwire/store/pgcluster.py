@@ -820,7 +820,8 @@ class ClusterNode:
         node = self._written_as.pop(job.id, None)
         if node is None or job not in self.waits.get(job.id, ()):
             return  # nobody's, or its clients went
-        full = full_row(job)
+        full = full_row(job)  # the table's column order: seq first
+        # StoredJob's order (`_STORED`), available as its row says: seq moves after ext.
         row = (*full[1:7], int(JobState.AVAILABLE), *full[8:14], full[0], full[14])
         if node == self.node:
             self.load([(*row, self.node)])  # as if claimed: its clients wait here
