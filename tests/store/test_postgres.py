@@ -13,10 +13,11 @@ import psycopg
 
 from jobwire.engine import Engine, EngineConfig, Job
 from jobwire.engine.job import ORIGIN_GEARMAN, JobState, Output
+from jobwire.store.frames import full_row
 from jobwire.store.pgcluster import ClusterNode, RemoteClient
 from jobwire.store.pgfollow import FOLLOW
 from jobwire.store.pgremote import RemoteJobs
-from jobwire.store.postgres import PostgresStore
+from jobwire.store.postgres import BATCH_SQL, PostgresStore, batch_parameters
 from tests.pg import ADMIN, Schema, pg_schema
 from tests.store.kinds import committed
 from tests.store.test_stores import make_job, run
@@ -73,6 +74,29 @@ def test_a_killed_backend_costs_a_retry_not_the_batch(pg_schema: Schema) -> None
         assert await committed(store)
         assert pg_schema.terminate() >= 1  # the writer's and the lock's backends
         store.job_saved(make_job(2))
+        assert await committed(store)
+
+    run(main)
+    assert (store.commits, store.round_trips) == (2, 3)
+    store.close()
+    assert ids(pg_schema) == ["H:test:1", "H:test:2"]
+
+
+def test_a_batch_whose_answer_was_lost_after_its_commit_is_sent_again_as_upserts(
+    pg_schema: Schema,
+) -> None:
+    """New rows go as a plain insert; the second try of a batch may find them committed."""
+    store = PostgresStore(pg_schema.dsn)
+
+    async def main() -> None:
+        store.job_saved(make_job(1))
+        assert await committed(store)
+        job = make_job(2)
+        store.job_saved(job)  # its batch goes at the end of this loop turn
+        row = {job.row: (*full_row(job), store.node, None)}
+        with psycopg.connect(pg_schema.dsn, autocommit=True) as conn:  # its first try's commit
+            conn.execute(BATCH_SQL, batch_parameters(row, {}, store.node, fresh=set(row)))
+        assert pg_schema.terminate() >= 1  # ... whose answer the store never heard
         assert await committed(store)
 
     run(main)
