@@ -105,6 +105,21 @@ def test_a_batch_whose_answer_was_lost_after_its_commit_is_sent_again_as_upserts
     assert ids(pg_schema) == ["H:test:1", "H:test:2"]
 
 
+def test_key_value_writes_are_forgotten_once_committed(pg_schema: Schema) -> None:
+    store = PostgresStore(pg_schema.dsn)
+
+    async def main() -> None:
+        for number in range(50):
+            store.kv_put("titanic", f"request-{number}", b"x")
+            store.kv_put("titanic", f"request-{number - 1}", None)
+            assert await committed(store)
+
+    run(main)
+    assert not store._kv_written  # read back from the database, not kept in memory
+    assert store.kv_load("titanic") == {"request-49": b"x"}
+    store.close()
+
+
 def test_while_away_new_jobs_fail_and_older_changes_reach_the_database_after(
     pg_schema: Schema,
 ) -> None:

@@ -565,6 +565,34 @@ def test_checkpoints_move_the_log_into_sqlite_and_remove_it(tmp_path: Path) -> N
     assert redo_files(path) == []
 
 
+def test_key_value_writes_are_forgotten_once_a_checkpoint_has_them(tmp_path: Path) -> None:
+    """Until its checkpoint, a record is read back from memory; after it, from SQLite: the
+    store does not keep every key ever written (a Titanic request's, an event chunk's)."""
+    path = tmp_path / "jobs.db"
+    store = SQLiteStore(path, checkpoint_bytes=2000)
+
+    async def main() -> None:
+        for number in range(200):
+            store.kv_put("titanic", f"request-{number}", b"x" * 40)
+            if number % 2:
+                store.kv_put("titanic", f"request-{number - 1}", None)
+            assert await committed(store)
+            while store._checkpoint is not None:
+                await asyncio.sleep(0.01)
+
+    run(main)
+    assert store.checkpoints >= 2
+    assert len(store._kv_written) < 50  # the current generation's, not all 200 keys
+    wanted = {f"request-{number}": b"x" * 40 for number in range(1, 200, 2)}
+    assert store.kv_load("titanic") == wanted
+    store.close()
+    reopened = SQLiteStore(path)
+    try:
+        assert reopened.kv_load("titanic") == wanted
+    finally:
+        reopened.close()
+
+
 def test_a_file_started_early_for_its_zeros_is_checkpointed_with_the_next_checkpoint(
     tmp_path: Path,
 ) -> None:

@@ -643,7 +643,7 @@ class PostgresStore:
         self._given: set[int] = set()  # rows of queued jobs given to the shared queue
         self._created: list[Job] = []
         self._kv: KVChanges = {}
-        self._kv_written: KVChanges = {}  # every key-value write handed off
+        self._kv_written: KVChanges = {}  # key-value writes handed off, until committed
         # Rows of older jobs from batches that failed: sent again under the next batch.
         self._carried: dict[int, Row | None] = {}
         self._kv_carried: KVChanges = {}
@@ -1131,6 +1131,8 @@ class PostgresStore:
             self._keys_settled(number, keyed, ok)
         if ok:
             self.commits += 1
+            for name in kv:  # in the database now (no batch in flight writes it too)
+                self._kv_written.pop(name, None)
         else:
             # The older jobs' rows go again with a later batch (newer changes win); the new
             # jobs are retracted, and their removal is written then too.

@@ -433,7 +433,10 @@ class SQLiteStore(Journal):
         # The current batch's changes, encoded as they come (see `jobwire.store.frames`).
         self._frame = FrameBuilder()
         self._kv: KVChanges = {}  # key-value writes of the current batch
-        self._kv_written: KVChanges = {}  # every key-value write handed to the log
+        # Key-value writes handed to the log that SQLite may not have yet, each with its
+        # batch's number: a checkpoint through that batch drops them (else every key ever
+        # written, a Titanic request's say, would stay in memory).
+        self._kv_written: dict[tuple[str, str], tuple[bytes | None, int]] = {}
         self._scheduled = False
         self._handed = 0  # number of the last batch handed to the log
         self._handed_at = 0  # `write_count` then
@@ -446,6 +449,7 @@ class SQLiteStore(Journal):
         self._retract: RetractJobs | None = None
         self._log_bytes = 0  # frame bytes handed to the current generation
         self._rotated_after: int | None = None  # last batch of the generation to checkpoint
+        self._checkpoint_batches = 0  # the last batch the running checkpoint applies
         self._checkpoint_through = 0  # the last generation the next checkpoint applies
         self._checkpoint: subprocess.Popen[bytes] | None = None
         self._failures = 0
@@ -519,7 +523,8 @@ class SQLiteStore(Journal):
             records = dict(self._conn.execute(_KV_LOAD, (namespace,)).fetchall())
         except sqlite3.Error as exc:
             raise StoreError(f"cannot read {self.path}: {exc}") from exc
-        for layer in (self._kv_written, self._kv):  # what SQLite may not have yet
+        pending = {name: value for name, (value, _) in self._kv_written.items()}
+        for layer in (pending, self._kv):  # what SQLite may not have yet
             for (ns, key), value in layer.items():
                 if ns == namespace:
                     if value is None:
@@ -614,7 +619,9 @@ class SQLiteStore(Journal):
             self._log.fail(self._handed, f"cannot encode the batch: {exc!r}")
             return
         if kv:
-            self._kv_written.update(kv)
+            written, number = self._kv_written, self._handed
+            for name, value in kv.items():
+                written[name] = (value, number)
         self._log.append(self._handed, body)
         self._handed_times.append((self._handed, time.perf_counter()))
         self.batches += 1
@@ -690,6 +697,7 @@ class SQLiteStore(Journal):
     def _start_checkpoint(self) -> None:
         """Every batch of the old generations is written: a process applies them to
         SQLite."""
+        self._checkpoint_batches = self._rotated_after or 0
         self._rotated_after = None
         generation = self._checkpoint_through
         command = [sys.executable, "-m", "jobwire.store.checkpoint", str(self.path)]
@@ -731,6 +739,10 @@ class SQLiteStore(Journal):
             self.checkpoint_seconds = seconds
             self.checkpoint_bytes_applied = self._checkpoint_size
             self.checkpoint_times.observe(seconds)
+            through = self._checkpoint_batches
+            for name, (_, number) in list(self._kv_written.items()):
+                if number <= through:  # SQLite has it now
+                    del self._kv_written[name]
             log.info(
                 "store %s: checkpoint through log generation %d: %.1f MB of redo log in %.2fs",
                 self.path,
