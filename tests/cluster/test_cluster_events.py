@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.test_cluster_ops import fetch, push, runners
+from tests.interop.gearman_raw import wait_until
 from tests.ojs.dsl import Runner
 from tests.pg import Schema
 from tests.servers import ServerProcess
@@ -54,3 +55,22 @@ def test_every_node_shows_every_nodes_events_in_time_order(
         cursor = page["next_after"]
     assert paged == seen[0], paged
     assert _events(first, f"after={cursor}")["events"] == []
+
+
+def test_a_dead_nodes_events_are_read_from_its_snapshots_in_the_store(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    (doomed, _), first, second = runners(nodes, schema, "--node-lease", "2")
+    job_id = push(first, "logged")  # enqueued on the first node, which then dies
+    (event,) = _events(second, "limit=10")["events"]
+    assert (event["type"], event["subject"]) == ("job.enqueued", job_id), event
+    node = int(event["id"].split("_")[1])
+    saved = f"SELECT count(*) FROM {{schema}}.kv WHERE namespace = 'events' AND owner = {node}"
+    wait_until(lambda: schema.rows(saved)[0][0] or None, "the first node's snapshot", 60)
+    doomed.kill()
+
+    def answered() -> dict[str, Any] | None:  # 503 while its lease runs: it may be alive
+        got = second.request("GET", "/ojs/v1/events?queues=logged&limit=10")
+        return got.body if got.status == 200 else None
+
+    assert wait_until(answered, "an answer without the dead node", 60)["events"] == [event]

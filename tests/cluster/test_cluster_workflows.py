@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.cluster.conftest import start_node
 from tests.cluster.test_cluster_ops import runners
 from tests.interop.gearman_raw import wait_until
 from tests.ojs.dsl import Runner
@@ -195,3 +196,26 @@ def test_a_step_that_ends_while_its_workflows_node_is_dead_reaches_the_node_taki
     _ack(second, later["id"], {"done": 1})
     done = _workflow(second, flow["id"])
     assert (done["state"], done["jobs_completed"]) == ("completed", 2), done
+
+
+def test_a_step_end_whose_node_died_before_telling_it_moves_the_workflow_on_from_the_store(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    # A long lease: neither node takes the other's part over while the test runs; only the
+    # node started at the end adopts both dead nodes' (their advisory locks are free).
+    (keeper, worker), first, second = runners(nodes, schema, "--node-lease", "120")
+    steps = [_step("wf.told", "wf-told", order) for order in range(2)]
+    flow = _create(first, {"type": "chain", "name": "told", "steps": steps})
+    job = _fetch(second, "wf-told")
+    keeper.kill()
+    _ack(second, job["id"], {"done": 0})  # committed; telling the workflow's node fails
+    worker.kill()  # and with it the telling, still trying
+    third = start_node(nodes, schema, http=True)
+    node = Runner(f"http://127.0.0.1:{third.http_port}")
+    later = _fetch(node, "wf-told")  # the step's end found in the store moved the chain on
+    assert (later["args"], later.get("parent_results")) == ([1], [{"done": 0}]), later
+    _ack(node, later["id"], {"done": 1})
+    done = _workflow(node, flow["id"])
+    assert (done["state"], done["jobs_completed"]) == ("completed", 2), done
+    assert "a step's end found in the store" in third.log()
+    assert not schema.rows("SELECT key FROM {schema}.kv WHERE namespace = 'workflow_step'")

@@ -36,6 +36,10 @@ class ClusterView(Protocol):
         """Jobs of `queue` that no live node holds (in the shared queue, or a dead node's not
         yet requeued), by state (a `JobState` value)."""
 
+    async def gone_records(self, namespace: str) -> dict[int, dict[str, bytes]]:
+        """The key-value records of `namespace` kept by nodes that are not alive (gone, or
+        their lease ran out: the nodes no operation is sent to), by node."""
+
     # State the nodes share (`jobwire.store.pgshared`).
 
     async def set_paused(self, queue: str, paused: bool) -> None:
@@ -58,6 +62,14 @@ class ClusterView(Protocol):
     def watch_adopted_records(self, hook: Callable[[str, dict[str, bytes]], None]) -> None:
         """Call `hook(namespace, records)` with the key-value records of a node gone that
         this node took over while it runs (its workflows and dead letters)."""
+
+    def watch_addressed_records(
+        self, namespace: str, kept: str, hook: Callable[[dict[str, bytes]], None]
+    ) -> None:
+        """Call `hook(records)`, now and at each heartbeat, with the shared key-value records
+        of `namespace` (written by any node, owner 0) left for a record this node keeps in
+        namespace `kept`: a record's key is that record's key, a US, then its own. Records
+        for a record no node keeps are dropped. The hook deletes those it has dealt with."""
 
     def attach_cron(self, cron: CronScheduler) -> None:
         """Share the registrations and fire each tick on one node only."""

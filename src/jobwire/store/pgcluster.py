@@ -158,6 +158,28 @@ WHERE namespace = ANY(%s) AND owner NOT IN (0, %s)
 AND NOT EXISTS (SELECT 1 FROM nodes WHERE nodes.id = kv.owner)
 RETURNING namespace, key, value
 """
+#: Shared key-value records addressed to whichever node keeps another record (parameters:
+#: the namespace, the kept records' namespace, the node): such a record's key is the key of
+#: the record it is for, a US, then its own. This node's: those for records it keeps. Those
+#: for a record no node keeps any more (it was retired) are dropped.
+ADDRESSED_SQL = """
+WITH orphaned AS (
+    DELETE FROM kv s WHERE s.namespace = %(namespace)s AND s.owner = 0 AND NOT EXISTS (
+        SELECT 1 FROM kv k WHERE k.namespace = %(kept)s AND k.key = split_part(s.key, chr(31), 1)
+    )
+)
+SELECT s.key, s.value FROM kv s WHERE s.namespace = %(namespace)s AND s.owner = 0 AND EXISTS (
+    SELECT 1 FROM kv k WHERE k.namespace = %(kept)s AND k.owner = %(node)s
+    AND k.key = split_part(s.key, chr(31), 1)
+)
+"""
+#: Key-value records of a namespace kept by nodes that are not alive: gone, or with a lease
+#: that ran out, the nodes `jobwire.store.pgremote.PEERS_SQL` does not ask (parameters: the
+#: namespace, the node).
+GONE_RECORDS_SQL = """
+SELECT owner, key, value FROM kv WHERE namespace = %s AND owner NOT IN (0, %s)
+AND NOT EXISTS (SELECT 1 FROM nodes WHERE nodes.id = kv.owner AND nodes.lease_until >= now())
+"""
 KEY_HOLDERS_SQL = (
     "SELECT ukey, id FROM jobs WHERE ukey = ANY(%s::text[]) AND owner IS DISTINCT FROM %s"
 )
@@ -262,6 +284,7 @@ class ClusterNode:
         #: its expiry, or expires it at once).
         self._claim_hooks: list[Callable[[Job], None]] = []
         self._record_hooks: list[Callable[[str, dict[str, bytes]], None]] = []
+        self._addressed_hooks: list[tuple[str, str, Callable[[dict[str, bytes]], None]]] = []
         self._beat = Connection(store.dsn)
         self._claims = Connection(store.dsn)
         self._reads = Connection(store.dsn)  # status queries
@@ -550,6 +573,12 @@ class ClusterNode:
             (function, queue): (int(jobs), int(running)) for function, queue, jobs, running in rows
         }
 
+    async def gone_records(self, namespace: str) -> dict[int, dict[str, bytes]]:
+        records: dict[int, dict[str, bytes]] = {}
+        for owner, key, value in await self._reads.fetch(GONE_RECORDS_SQL, (namespace, self.node)):
+            records.setdefault(int(owner), {})[str(key)] = bytes(value)
+        return records
+
     async def unheld_states(self, queue: str) -> dict[int, int]:
         rows = await self._reads.fetch(UNHELD_SQL, (queue,))
         return {int(state): int(count) for state, count in rows}
@@ -621,6 +650,11 @@ class ClusterNode:
             )
         if (dead or gone) and self._record_hooks:
             await self._adopt_records()
+        if self._addressed_hooks:
+            try:  # like the links: a failed look must not count against the lease
+                await self._read_addressed()
+            except Exception as exc:
+                log.warning("cluster: could not read the records left for this node: %s", exc)
         if self.store.keys_left < KEY_BLOCK // 2:
             await self._take_keys()
 
@@ -913,6 +947,21 @@ class ClusterNode:
 
     def watch_adopted_records(self, hook: Callable[[str, dict[str, bytes]], None]) -> None:
         self._record_hooks.append(hook)
+
+    def watch_addressed_records(
+        self, namespace: str, kept: str, hook: Callable[[dict[str, bytes]], None]
+    ) -> None:
+        self._addressed_hooks.append((namespace, kept, hook))
+        self._beat_now.set()  # a look now: a node starting with records adopted
+
+    async def _read_addressed(self) -> None:
+        """At each heartbeat: the shared records other nodes left for records this node
+        keeps (`ClusterView.watch_addressed_records`), to their hooks."""
+        for namespace, kept, hook in self._addressed_hooks:
+            asked = {"namespace": namespace, "kept": kept, "node": self.node}
+            rows = await self._beat.fetch(ADDRESSED_SQL, asked)
+            if rows:
+                hook({str(key): bytes(value) for key, value in rows})
 
     async def _adopt_records(self) -> None:
         """A node went (found dead, or left): its workflows and dead letters become this

@@ -183,6 +183,9 @@ class OJSService:
 
     def _recover(self) -> None:
         """After a replay: expiry timers and unique locks of restored jobs; cron; workflows."""
+        from jobwire.server.ojs.workflows import NAMESPACE as FLOW_NAMESPACE
+        from jobwire.server.ojs.workflows import STEP_NAMESPACE
+
         for job in list(self.engine.jobs.values()):
             ext = job.ext
             if ext is None or not ext.get("ojs"):
@@ -198,6 +201,9 @@ class OJSService:
             self.keyed_limits.share(self.runtime.cluster, self.engine.observers)
             self.runtime.cluster.watch_claims(self._claimed)
             self.runtime.cluster.watch_adopted_records(self._records_adopted)
+            self.runtime.cluster.watch_addressed_records(
+                STEP_NAMESPACE, FLOW_NAMESPACE, self.workflows.step_ends_found
+            )
         if restored:
             log.info("restored %d cron registrations", restored)
         restored = self.dead_letter.load()

@@ -59,22 +59,9 @@ class EventKeeper:
 
     def load(self) -> None:
         """Restore the chunks' events (at start, before any other event)."""
-        restored: dict[int, Event] = {}
-        chunks = []
-        for key, raw in self.kv.kv_load(NAMESPACE).items():
-            try:
-                events = [Event(**fields) for fields in json.loads(raw)]
-            except (TypeError, ValueError) as exc:
-                log.error("event log record %s cannot be restored: %s", key, exc)
-                events = []
-            for event in events:
-                restored[event.seq] = event
-            if events:
-                chunks.append(Chunk(events[0].seq, events[-1].seq, key))
-            else:  # nothing to keep: deleted by the next snapshot
-                chunks.append(Chunk(0, 0, key))
-        self.chunks.extend(sorted(chunks))
-        self.events.restore([restored[seq] for seq in sorted(restored)])
+        events, chunks = decode_chunks(self.kv.kv_load(NAMESPACE))
+        self.chunks.extend(chunks)
+        self.events.restore(events)
         self._saved_through = self._seen = self.events.last_seq
 
     def forget(self) -> None:
@@ -107,6 +94,26 @@ class EventKeeper:
             kv.kv_put(NAMESPACE, key, encode(new))
             chunks.append(Chunk(new[0].seq, new[-1].seq, key))
         self._saved_through = last
+
+
+def decode_chunks(records: dict[str, bytes]) -> tuple[list[Event], list[Chunk]]:
+    """A node's chunks as its events in order, and the chunks oldest first (a record that
+    cannot be read: a chunk of no events, which the next snapshot deletes)."""
+    restored: dict[int, Event] = {}
+    chunks = []
+    for key, raw in records.items():
+        try:
+            events = [Event(**fields) for fields in json.loads(raw)]
+        except (TypeError, ValueError) as exc:
+            log.error("event log record %s cannot be restored: %s", key, exc)
+            events = []
+        for event in events:
+            restored[event.seq] = event
+        if events:
+            chunks.append(Chunk(events[0].seq, events[-1].seq, key))
+        else:
+            chunks.append(Chunk(0, 0, key))
+    return [restored[seq] for seq in sorted(restored)], sorted(chunks)
 
 
 def encode(events: list[Event]) -> bytes:

@@ -10,18 +10,23 @@ sequence numbers mean nothing to the others, so there an event's `sequence` is i
 microseconds since the epoch (its `id` names its node too), `after` is such a time, and the
 events are merged in time order: a poller pages forward as on one node, provided the
 nodes' clocks agree (an event stamped by a lagging clock after the cursor passed its time
-is not seen).
+is not seen). The events of a node that is not alive (gone, or its lease ran out) are read
+from its snapshots in the store (`eventkeeper`): all but the last `SAVE_EVERY` seconds of
+them, until a starting node adopts them.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from jobwire.engine.events import Event
+from jobwire.engine.events import Event, EventLog
 from jobwire.protocols.ojs.envelope import SPEC_VERSION
+from jobwire.protocols.ojs.errors import OJSError
 from jobwire.protocols.ojs.times import format_time
+from jobwire.server.ojs.eventkeeper import NAMESPACE, decode_chunks
 from jobwire.server.ojs.http import BASE, query_int, query_list, reply
 from jobwire.server.ojs.operations import every_node
 
@@ -54,7 +59,7 @@ def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
         remote = service.runtime.remote
         assert remote is not None
         events = _node_events(
-            service,
+            service.events,
             remote.node,
             asked.get("types") or [],
             asked.get("queues") or [],
@@ -75,10 +80,29 @@ async def _list_cluster_events(
     after: int,
     limit: int,
 ) -> web.Response:
-    events = _node_events(service, remote.node, types, queues, after, limit)
+    events = _node_events(service.events, remote.node, types, queues, after, limit)
     asked = {"types": types, "queues": queues, "after": after, "limit": limit}
     for theirs in await service.operations.from_every_node("events.query", "", asked):
         events.extend(theirs["events"])
+    cluster = service.runtime.cluster
+    if cluster is not None:
+        try:
+            gone = await cluster.gone_records(NAMESPACE)
+        except Exception as exc:
+            raise OJSError(
+                "backend_error",
+                f"the events of nodes gone cannot be read: {exc}",
+                status=503,
+                retryable=True,
+                headers={"Retry-After": "1"},
+            ) from None
+        for node, records in gone.items():
+            held, _ = decode_chunks(records)
+            kept = EventLog(len(held), clock=time.time)
+            kept.restore(held)
+            events.extend(_node_events(kept, node, types, queues, after, limit))
+    # A node whose lease ran out between the two looks: its events both ways, once each.
+    events = list({event["id"]: event for event in events}.values())
     events.sort(key=lambda event: (event["sequence"], event["id"]))
     events = events[:limit] if after else events[-limit:]
     last = events[-1]["sequence"] if events else None
@@ -86,11 +110,10 @@ async def _list_cluster_events(
 
 
 def _node_events(
-    service: OJSService, node: int, types: list[str], queues: list[str], after: int, limit: int
+    log: EventLog, node: int, types: list[str], queues: list[str], after: int, limit: int
 ) -> list[dict[str, Any]]:
-    """This node's matching events as a cluster shows them (sequence: microseconds), oldest
+    """A node's matching events as a cluster shows them (sequence: microseconds), oldest
     first: those after the time `after` if given (at most `limit`), else the newest `limit`."""
-    log = service.events
     matching = log.query(types=set(types), queues=set(queues), limit=max(len(log), 1))
     picked = [event for event in matching if _micros(event) > after] if after else matching
     picked = picked[:limit] if after else picked[-limit:]

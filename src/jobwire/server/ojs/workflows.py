@@ -22,8 +22,12 @@ On a cluster (PostgreSQL store) the node that made a workflow keeps it and moves
 jobs may run anywhere. A node where a workflow's job finishes without the workflow tells the
 workflow's node once the end is durable (the operation `workflow.step`, through
 `JobOperations`), and the reply that finished the job (an ack) waits for that node to have
-moved the workflow on. Reads and cancels sent to another node go to the workflow's node the
-same way; a cancel there cancels the workflow's jobs wherever they are.
+moved the workflow on. The end is also written, in the job's own commit, as a shared record
+(`STEP_NAMESPACE`) that the workflow's node deletes once it has moved the workflow on: when
+the telling fails (the workflow's node died and none has taken it over yet, or this node dies
+first), the node keeping the workflow then finds the end at its heartbeat. Reads and cancels
+sent to another node go to the workflow's node the same way; a cancel there cancels the
+workflow's jobs wherever they are.
 """
 
 from __future__ import annotations
@@ -55,6 +59,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("jobwire.ojs.workflows")
 
 NAMESPACE = "workflow"
+#: A step's end on another node, until the workflow's node has moved the workflow on: key
+#: "<workflow id><US><step><US><job id>" (`ClusterView.watch_addressed_records`).
+STEP_NAMESPACE = "workflow_step"
 RUNNING, COMPLETED, FAILED, CANCELLED = "running", "completed", "failed", "cancelled"
 #: Seconds a finished workflow stays visible when the engine retains nothing.
 DEFAULT_RETENTION = 3600.0
@@ -212,7 +219,11 @@ class Workflows:
         if flow is None:
             if self.service.runtime.remote is not None:  # kept by the node that made it
                 outcome = {"step": index, "job_id": job.id, "state": job.state.value}
-                self._report(flow_id, {**outcome, "result": result})
+                outcome["result"] = result
+                if self.kv is not None:  # committed with the job's end
+                    record = json.dumps(outcome, separators=(",", ":"), default=str)
+                    self.kv.kv_put(STEP_NAMESPACE, _step_key(flow_id, outcome), record.encode())
+                self._report(flow_id, outcome)
             return
         self._step_ended(flow, index, job.id, job.state, result)
 
@@ -264,7 +275,8 @@ class Workflows:
             pause = min(pause * 2, 5.0)
         if status >= 400:
             log.warning(
-                "workflow %s: the end of its step %s reached no node keeping it (%d)",
+                "workflow %s: the end of its step %s reached no node keeping it (%d); it waits"
+                " in the store for the node that takes the workflow over",
                 flow_id,
                 outcome["step"],
                 status,
@@ -283,6 +295,12 @@ class Workflows:
         """The operation `workflow.step`: another node ran one of this node's workflows'
         jobs to its end."""
         flow = self.lookup(flow_id)
+        self._apply_step_end(flow, outcome)
+        return reply({"workflow": flow.to_json()})
+
+    def _apply_step_end(self, flow: Workflow, outcome: Any) -> None:
+        """Another node's end of one of `flow`'s jobs: the workflow moves on (once, however
+        often it is told), and the end's record goes in the same commit."""
         try:
             index, job_id = int(outcome["step"]), str(outcome["job_id"])
             state = JobState(int(outcome["state"]))
@@ -290,10 +308,29 @@ class Workflows:
             raise OJSError("invalid_request", "a step's end needs step, job_id and state") from None
         if not state.terminal:
             raise OJSError("invalid_request", f"job {job_id} has not ended")
+        if self.kv is not None:
+            self.kv.kv_put(STEP_NAMESPACE, _step_key(flow.id, outcome), None)
         if 0 <= index < len(flow.outcomes) and flow.outcomes[index] == state.name.lower():
-            return reply({"workflow": flow.to_json()})  # told again: its answer was lost
+            return  # told again: its answer was lost
         self._step_ended(flow, index, job_id, state, outcome.get("result"))
-        return reply({"workflow": flow.to_json()})
+
+    def step_ends_found(self, records: dict[str, bytes]) -> None:
+        """Steps' ends other nodes left in the store for workflows this node keeps, that did
+        not reach it directly (`ClusterView.watch_addressed_records`, at each heartbeat)."""
+        for key, raw in records.items():
+            flow = self._flows.get(key.split("\x1f", 1)[0])
+            if flow is None:  # retired here, its record not yet deleted: nothing to move on
+                if self.kv is not None:
+                    self.kv.kv_put(STEP_NAMESPACE, key, None)
+                continue
+            try:
+                self._apply_step_end(flow, json.loads(raw))
+            except (OJSError, ValueError) as exc:
+                log.error("workflow %s: a step's end in the store is unreadable: %s", flow.id, exc)
+                if self.kv is not None:
+                    self.kv.kv_put(STEP_NAMESPACE, key, None)
+                continue
+            log.info("workflow %s: a step's end found in the store (%r)", flow.id, key)
 
     def lookup(self, workflow_id: str) -> Workflow:
         flow = self._flows.get(workflow_id)
@@ -383,6 +420,10 @@ class Workflows:
         if self.kv is not None and self._flows.get(flow.id) is flow:
             record = json.dumps(asdict(flow), separators=(",", ":"), default=str)
             self.kv.kv_put(NAMESPACE, flow.id, record.encode())
+
+
+def _step_key(flow_id: str, outcome: dict[str, Any]) -> str:
+    return f"{flow_id}\x1f{outcome['step']}\x1f{outcome['job_id']}"
 
 
 # ---------------------------------------------------------------------- routes
