@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 import socket
+import ssl
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,7 @@ from tests.cluster.conftest import start_node
 from tests.cluster.test_pgcluster import sleeping_worker, wake_and_grab
 from tests.interop.gearman_raw import Cmd, GearmanSocket, wait_until
 from tests.pg import Schema
+from tests.security.pki import make_pki
 from tests.servers import ServerProcess
 
 pytestmark = pytest.mark.interop
@@ -159,7 +162,7 @@ def test_a_peer_link_that_does_not_answer_the_challenge_is_closed(
             greeting = b""
             while len(greeting) < 24:
                 greeting += sock.recv(24 - len(greeting))
-            assert greeting.startswith(b"JWPEER1\n")
+            assert greeting.startswith(b"JWPEER2\n")
             sock.sendall(attempt)
             rest = b""
             while chunk := sock.recv(4096):  # the node closes the link
@@ -232,3 +235,44 @@ def test_a_unique_job_written_as_a_node_that_dies_goes_to_the_shared_queue(
                 worker.send(Cmd.WORK_COMPLETE, handle, "done")
                 assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"done")
     assert counters(first)["jobs_claimed_total"] == 1
+
+
+def _over_tls(node: ServerProcess, context: ssl.SSLContext) -> GearmanSocket:
+    connection = GearmanSocket(node)
+    connection.sock = context.wrap_socket(connection.sock, server_hostname="localhost")
+    return connection
+
+
+def test_nodes_with_a_certificate_link_over_tls(
+    schema: Schema, nodes: list[ServerProcess], tmp_path: Path
+) -> None:
+    pki = make_pki(tmp_path / "pki")
+    cert, key = pki.server("node")
+    tls = ("--tls-cert", str(cert), "--tls-key", str(key))
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    second = start_node(nodes, schema, *tls)
+    with _over_tls(second, context) as worker:
+        worker.send(Cmd.CAN_DO, "sealed")
+        assert worker.grab().type == Cmd.NO_JOB
+        worker.send(Cmd.PRE_SLEEP)
+        first = start_node(nodes, schema, *tls)
+        wait_linked(first, second)
+        peers = [str(peer) for (peer,) in schema.rows("SELECT peer FROM {schema}.nodes")]
+        assert len(peers) == 2 and all(peer.startswith("tls:127.0.0.1:") for peer in peers)
+        with _over_tls(first, context) as client:
+            handle = client.submit_fg("sealed", "a payload")
+            assert wake_and_grab(worker) == (handle, b"a payload")
+            # Handed over the link: no row of it (the shared queue's way writes one).
+            assert schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)]
+            worker.send(Cmd.WORK_COMPLETE, handle, "done")
+            assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"done")
+    # The link's port speaks TLS only: plain bytes get no greeting, and the node serves on.
+    host, _, port = peers[0].removeprefix("tls:").rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"\xff" * 64)
+        rest = b""
+        while chunk := sock.recv(4096):
+            rest += chunk
+        assert b"JWPEER" not in rest
+    assert "cluster: refused" not in first.log() + second.log()
+    assert "cluster: linked to node" in second.log()  # dialled the other way too

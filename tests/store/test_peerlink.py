@@ -6,10 +6,21 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from jobwire.store.peerlink import FRAME_MAX, encode, read_frame, split_address
+from jobwire.store.peerlink import (
+    CHALLENGE_BYTES,
+    FRAME_MAX,
+    GREETING,
+    Outbound,
+    answer,
+    encode,
+    read_frame,
+    split_address,
+)
 
 
 @pytest.mark.parametrize(
@@ -69,3 +80,43 @@ def test_serve_refuses_a_peer_address_it_cannot_listen_on() -> None:
     )
     assert ran.returncode != 0
     assert "--peer-listen" in ran.stderr and "expected HOST" in ran.stderr
+
+
+def _dial_fake_node(proof: str | None) -> tuple[BaseException | None, dict[str, int]]:
+    """An `Outbound` dialing a listener that knows the secret (`proof` None: it answers
+    rightly) or not (it answers `proof`): how the dial ended, and the free workers heard."""
+    secret = b"cluster secret"
+    links: Any = SimpleNamespace(node=1, secret=secret)
+
+    async def listener(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        challenge = b"c" * CHALLENGE_BYTES
+        writer.write(GREETING + challenge)
+        header, _ = await read_frame(reader, 1024)
+        assert header["mac"] == answer(secret, b"dialer", challenge)
+        mac = proof or answer(secret, b"listener", bytes.fromhex(header["c"]))
+        writer.write(encode({"o": "ok", "mac": mac}) + encode({"o": "free", "f": "fn", "n": 3}))
+        await writer.drain()
+        writer.close()
+
+    async def main() -> tuple[BaseException | None, dict[str, int]]:
+        server = await asyncio.start_server(listener, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        link = Outbound(links, 2, f"127.0.0.1:{port}")
+        try:
+            await link._serve()
+        except (ValueError, asyncio.IncompleteReadError) as exc:
+            return exc, link.free
+        finally:
+            server.close()
+        return None, link.free
+
+    return asyncio.run(main())
+
+
+def test_a_dialer_links_only_to_a_node_that_proves_it_knows_the_secret() -> None:
+    ended, free = _dial_fake_node(None)
+    assert isinstance(ended, asyncio.IncompleteReadError)  # linked, until the node closed
+    assert free == {"fn": 3}
+    ended, free = _dial_fake_node("00" * 32)
+    assert isinstance(ended, ValueError) and "secret" in str(ended)
+    assert free == {}  # nothing heard, nothing handed: the link never began

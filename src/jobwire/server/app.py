@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -28,6 +29,9 @@ from jobwire.server.runtime import BUSY_POLL, Runtime
 from jobwire.server.zmq import ZmqOptions, ZmqServer
 from jobwire.store import DEFAULT_STORE, is_postgres
 from jobwire.store.base import MemoryStore
+
+if TYPE_CHECKING:
+    from jobwire.store.pgcluster import ClusterNode
 
 log = logging.getLogger("jobwire")
 
@@ -231,6 +235,7 @@ class Server:
         self._servers: list[asyncio.base_events.Server] = []
         #: Why the server stopped on its own (a Binary Star split brain); None: asked to.
         self.failure: str | None = None
+        self._cluster: ClusterNode | None = None
 
     async def serve(self) -> None:
         config = self.config
@@ -282,8 +287,10 @@ class Server:
                 poll=config.cluster_poll,
                 on_fatal=self._fatal,
                 peer_listen=config.peer_listen,
+                peer_tls=config.security.tls,
             )
             cluster.start()
+            self._cluster = cluster
         runtime = Runtime(engine, loop, config.busy_poll, store)
         runtime.cluster = cluster
         if cluster is not None:
@@ -420,6 +427,8 @@ class Server:
         """SIGHUP: re-read the certificate files; open connections stay as they are."""
         try:
             self.config.security.reload()
+            if self._cluster is not None and self._cluster.links is not None:
+                self._cluster.links.reload_tls()
         except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
             log.error("SIGHUP: kept the old TLS certificate: %s", exc)
 

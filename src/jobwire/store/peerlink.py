@@ -9,9 +9,16 @@ comes back over the same link.
 
 - Each node listens on `--peer-listen` and writes the address into its `nodes` row; it dials
   every other live node that has one (`refresh`, at each heartbeat).
-- A link starts with a challenge: the listening node sends random bytes, the dialer answers
-  with its node id and their HMAC-SHA256 under the cluster's secret (a row of the schema,
-  `cluster_secret`: whoever can read the jobs can read it). Anything else closes the link.
+- A link starts with challenges both ways: the listening node sends random bytes, the
+  dialer answers with its node id, their HMAC-SHA256 under the cluster's secret (a row of
+  the schema, `cluster_secret`: whoever can read the jobs can read it) and random bytes of
+  its own, which the listening node answers the same way before anything else. Anything
+  else closes the link: neither node hands a job to one that does not know the secret.
+- A node with `--tls-cert` serves its links over TLS with that certificate (advertised as
+  "tls:HOST:PORT"). The dialer does not check the certificate against a CA (a node's
+  certificate names what its clients dial, not its peers' addresses); instead both answers
+  cover the certificate's SHA-256 too, so a node in the middle, which cannot show the
+  listening node's certificate, cannot relay them.
 - The listening node tells its dialers how many workers it has free, per function, each
   time one of them waits for work; the dialer counts that down as it hands jobs over.
 - The receiving node runs a job handed to it like any foreground job of its own clients. It
@@ -38,8 +45,10 @@ import hmac
 import logging
 import secrets
 import socket
+import ssl
 import struct
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -48,13 +57,16 @@ from jobwire.engine.job import Job, JobState, Output
 
 if TYPE_CHECKING:
     from jobwire.engine.lanes import FunctionInfo
+    from jobwire.server.auth import TLSFiles
     from jobwire.store.pgcluster import ClusterNode
 
 log = logging.getLogger("jobwire.cluster")
 
 _FRAME = struct.Struct(">II")
 #: The challenge a listening node opens each link with: a tag and random bytes.
-GREETING = b"JWPEER1\n"
+GREETING = b"JWPEER2\n"
+#: How a node that serves its links over TLS advertises its address.
+TLS_PREFIX = "tls:"
 CHALLENGE_BYTES = 16
 #: Bytes a frame may hold before the link is known: the answer to the challenge is short.
 UNAUTHENTICATED_MAX = 1024
@@ -99,8 +111,24 @@ async def read_frame(reader: asyncio.StreamReader, limit: int) -> tuple[dict[str
     return header, data[head_size:]
 
 
-def answer(secret: bytes, challenge: bytes) -> str:
-    return hmac.new(secret, challenge, hashlib.sha256).hexdigest()
+def answer(secret: bytes, role: bytes, challenge: bytes, binding: bytes = b"") -> str:
+    """The proof that a node (`role`: b"dialer" or b"listener") knows the cluster's secret,
+    for this challenge and this link (`binding`: the listening node's certificate's
+    SHA-256 over TLS, else nothing)."""
+    return hmac.new(secret, role + challenge + binding, hashlib.sha256).hexdigest()
+
+
+def certificate_binding(der: bytes | None) -> bytes:
+    return hashlib.sha256(der).digest() if der else b""
+
+
+def _dialer_context() -> ssl.SSLContext:
+    """TLS for dialing a node: encrypted; the node is authenticated by its answer."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 class Outbound:
@@ -137,8 +165,12 @@ class Outbound:
             delay = min(delay * 2, REDIAL_MAX)
 
     async def _serve(self) -> None:
-        host, port = split_address(self.address)
-        reader, writer = await asyncio.open_connection(host, port)
+        tls = self.address.startswith(TLS_PREFIX)
+        host, port = split_address(self.address.removeprefix(TLS_PREFIX))
+        context = _dialer_context() if tls else None
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=context), HANDSHAKE_TIMEOUT
+        )
         try:
             _nodelay(writer)
             greeting = await asyncio.wait_for(
@@ -147,9 +179,22 @@ class Outbound:
             if not greeting.startswith(GREETING):
                 raise ValueError("not a jobwire node")
             challenge = greeting[len(GREETING) :]
-            writer.write(
-                encode({"node": self.links.node, "mac": answer(self.links.secret, challenge)})
+            ssl_object = writer.get_extra_info("ssl_object")
+            der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+            binding = certificate_binding(der)
+            secret, mine = self.links.secret, secrets.token_bytes(CHALLENGE_BYTES)
+            mac = answer(secret, b"dialer", challenge, binding)
+            writer.write(encode({"node": self.links.node, "mac": mac, "c": mine.hex()}))
+            header, _ = await asyncio.wait_for(
+                read_frame(reader, UNAUTHENTICATED_MAX), HANDSHAKE_TIMEOUT
             )
+            proof = header.get("mac")
+            if header.get("o") != "ok" or not (
+                isinstance(proof, str)
+                and hmac.compare_digest(proof, answer(secret, b"listener", mine, binding))
+            ):
+                raise ValueError("the node did not prove it knows the cluster's secret")
+            log.info("cluster: linked to node %d at %s", self.node, self.address)
             self.writer = writer
             while True:
                 header, blob = await read_frame(reader, FRAME_MAX)
@@ -162,9 +207,6 @@ class Outbound:
         kind = header.get("o")
         if kind == "free":
             self.free[str(header["f"])] = int(header["n"])
-            return
-        if kind == "ok":  # after what its workers were free for when the link began
-            log.info("cluster: linked to node %d at %s", self.node, self.address)
             return
         job_id = str(header["j"])
         cluster = self.links.cluster
@@ -281,11 +323,15 @@ class PeerClient:
 class PeerLinks:
     """This node's links: its listener, its dials, what it hands over and what it gets."""
 
-    def __init__(self, cluster: ClusterNode, listen: str) -> None:
+    def __init__(self, cluster: ClusterNode, listen: str, tls: TLSFiles | None = None) -> None:
         self.cluster = cluster
         self.node = cluster.node
         self.listen = listen
         self.secret = b""
+        #: The listeners' certificate and key, without their client CA (nodes show none).
+        self.tls = None if tls is None else replace(tls, client_ca=None)
+        self._context: ssl.SSLContext | None = None
+        self._binding = b""  # the SHA-256 of this node's certificate, over TLS
         self.address: str | None = None
         self.outbound: dict[int, Outbound] = {}
         self.inbound: set[Inbound] = set()
@@ -303,7 +349,18 @@ class PeerLinks:
         rows = await fetch(SECRET_SQL, (secrets.token_bytes(32),))
         self.secret = bytes(rows[0][0])
         host, port = split_address(self.listen)
-        self._server = await asyncio.start_server(self._accepted, host, port)
+        if self.tls is None:
+            self._server = await asyncio.start_server(self._accepted, host, port)
+        else:
+            self._context = self.tls.server_context()
+            self._binding = certificate_binding(_first_certificate(self.tls))
+            self._server = await asyncio.start_server(
+                self._accepted,
+                host,
+                port,
+                ssl=self._context,
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT,
+            )
         bound = self._server.sockets[0].getsockname()[1]
         advertised = host
         if host in ("0.0.0.0", "::"):
@@ -311,9 +368,16 @@ class PeerLinks:
             advertised = str(seen) if seen else "127.0.0.1"
         if ":" in advertised:
             advertised = f"[{advertised}]"
-        self.address = f"{advertised}:{bound}"
+        self.address = f"{TLS_PREFIX if self.tls else ''}{advertised}:{bound}"
         await fetch(ADVERTISE_SQL, (self.address, self.node, channel))
         log.info("cluster: peer link on %s", self.address)
+
+    def reload_tls(self) -> None:
+        """SIGHUP: the certificate files again (links already open keep theirs)."""
+        if self.tls is not None and self._context is not None:
+            binding = certificate_binding(_first_certificate(self.tls))
+            self.tls.load(self._context)
+            self._binding = binding
 
     async def refresh(self) -> None:
         """Dial the live nodes not dialled yet; drop the links of nodes gone."""
@@ -399,19 +463,23 @@ class PeerLinks:
             header, _ = await asyncio.wait_for(
                 read_frame(reader, UNAUTHENTICATED_MAX), HANDSHAKE_TIMEOUT
             )
-            mac, node = header.get("mac"), header.get("node")
+            mac, node, theirs = header.get("mac"), header.get("node"), header.get("c")
+            binding = self._binding
             if not (
                 isinstance(mac, str)
                 and isinstance(node, int)
-                and hmac.compare_digest(mac, answer(self.secret, challenge))
+                and isinstance(theirs, str)
+                and len(theirs) == 2 * CHALLENGE_BYTES
+                and hmac.compare_digest(mac, answer(self.secret, b"dialer", challenge, binding))
             ):
                 peer = writer.get_extra_info("peername")
                 log.warning("cluster: refused a peer link from %s: wrong answer", peer)
                 return
+            proof = answer(self.secret, b"listener", bytes.fromhex(theirs), binding)
             link = Inbound(writer, node)
+            link.send({"o": "ok", "mac": proof})
             self.inbound.add(link)
             self._tell_free(link, self.cluster.engine.functions)
-            link.send({"o": "ok"})
             while True:
                 header, blob = await read_frame(reader, FRAME_MAX)
                 kind = header.get("o")
@@ -522,6 +590,13 @@ def split_address(address: str) -> tuple[str, int]:
     else:
         host, port = address, ""
     return host or "0.0.0.0", int(port or 0)
+
+
+def _first_certificate(tls: TLSFiles) -> bytes:
+    """The DER of the first certificate in the PEM chain file: this node's own."""
+    pem = tls.cert.read_text()
+    end = pem.index("-----END CERTIFICATE-----") + len("-----END CERTIFICATE-----")
+    return ssl.PEM_cert_to_DER_cert(pem[pem.index("-----BEGIN CERTIFICATE-----") : end])
 
 
 def _nodelay(writer: asyncio.StreamWriter) -> None:

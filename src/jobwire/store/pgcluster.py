@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from jobwire.engine import Engine, WorkerSession
     from jobwire.engine.cron import CronScheduler
     from jobwire.engine.lanes import FunctionInfo
+    from jobwire.server.auth import TLSFiles
 
 log = logging.getLogger("jobwire.cluster")
 
@@ -265,6 +266,7 @@ class ClusterNode:
         poll: float = POLL,
         on_fatal: Fatal | None = None,
         peer_listen: str | None = None,
+        peer_tls: TLSFiles | None = None,
     ) -> None:
         self.store = store
         self.engine = engine
@@ -325,7 +327,7 @@ class ClusterNode:
         #: Unique keys, cron ticks and pauses across the nodes.
         self.shared = SharedState(self)
         #: Links to the other nodes, for foreground jobs (`jobwire.store.peerlink`); None: off.
-        self.links = PeerLinks(self, peer_listen) if peer_listen else None
+        self.links = PeerLinks(self, peer_listen, peer_tls) if peer_listen else None
         #: Held foreground jobs whose batch writes them as a node's own (this one's, or one a
         #: link reaches), by id: that node, until the batch settles (`written_as`).
         self._written_as: dict[str, int] = {}
