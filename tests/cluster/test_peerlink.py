@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import socket
 import ssl
+import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -276,3 +277,43 @@ def test_nodes_with_a_certificate_link_over_tls(
         assert b"JWPEER" not in rest
     assert "cluster: refused" not in first.log() + second.log()
     assert "cluster: linked to node" in second.log()  # dialled the other way too
+
+
+def _break_link(schema: Schema, to: ServerProcess) -> None:
+    """Abort the TCP connections to `to`'s peer-link port (`ss -K`, as root), as a network
+    that cut them would; both nodes live on."""
+    (peer,) = schema.rows(f"SELECT peer FROM {{schema}}.nodes WHERE id = {node_id(to)}")[0]
+    port = str(peer).rpartition(":")[2]
+    killed = subprocess.run(
+        ["ss", "-K", "dst", "127.0.0.1", "dport", "=", port],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert f":{port}" in killed.stdout, killed.stdout  # it found the link and closed it
+
+
+def test_a_job_acknowledged_before_its_link_broke_stays_with_the_node_running_it(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """Only the link breaks: the job runs once, where it ran, and its end reaches the client
+    by notification. Queued again on the client's node (as before acknowledgements), a
+    worker there would run it a second time."""
+    second = start_node(nodes, schema, http=True)
+    with sleeping_worker(second, "steady") as worker:
+        first = start_node(nodes, schema, http=True)
+        wait_linked(first, second)
+        with GearmanSocket(first) as client:
+            handle = client.submit_fg("steady", "once")
+            assert wake_and_grab(worker) == (handle, b"once")
+            wait_until(lambda: counters(first)["jobs_acknowledged"] == 1 or None, "the ack")
+            _break_link(schema, second)
+            wait_until(lambda: "they stay there" in first.log() or None, "the link lost")
+            with sleeping_worker(first, "steady") as spare:  # would get the job, queued again
+                worker.send(Cmd.WORK_STATUS, handle, "1", "2")
+                worker.send(Cmd.WORK_COMPLETE, handle, "done there")
+                assert client.expect(Cmd.WORK_STATUS).args == (handle.encode(), b"1", b"2")
+                assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"done there")
+                assert spare.grab().type == Cmd.NO_JOB
+    assert "had not acknowledged" not in first.log()
+    wait_until(lambda: counters(first)["jobs_acknowledged"] == 0 or None, "the ack forgotten")

@@ -26,9 +26,14 @@ comes back over the same link.
   its queue is full. The job then comes back to its node, which queues it again, with the
   refusing node's free-worker count. The receiving node never passes a job on through the
   shared queue: a row of it there, and its node's copy after a broken link, would be two.
-- A link that breaks gives back the jobs handed over it that have not finished: they are
-  queued again on their client's node (the other node may have run them: as with a worker
-  that died, the job runs again).
+- The receiving node acknowledges each job it keeps ("got", at the end of the turn that
+  took it, once it can no longer refuse it). A link that breaks gives back the jobs handed
+  over it that were not acknowledged: they are queued again on their client's node (rows go
+  back to the shared queue). The acknowledged ones stay with the node running them, which
+  then tells their clients' node of them the way a node that claimed a foreground job does
+  (`jobwire.store.pgcluster.RemoteClient`, by notification); only once that node is found
+  gone (its lock free, or its lease run out) are they given back. Left: an acknowledgement
+  lost with the link, which makes the job run on both nodes.
 
 Frames: a 4-byte length, a 4-byte header length, the header (JSON), then the job's payload
 or result, raw. Written by hand: a dozen lines over asyncio streams, where a messaging
@@ -39,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import hashlib
 import hmac
 import logging
@@ -76,6 +80,10 @@ FRAME_MAX = 1 << 30
 HANDSHAKE_TIMEOUT = 10.0
 #: Seconds between two dials of a node whose link broke, at most.
 REDIAL_MAX = 5.0
+#: Seconds between two looks at whether a node whose link broke is gone.
+GONE_CHECK = 0.5
+#: Seconds a stopping node waits for its dials to end.
+CLOSE_WAIT = 3.0
 
 SECRET_SQL = """
 WITH made AS (
@@ -147,11 +155,18 @@ class Outbound:
         #: Rows written as the other node's and sent over this link, by job id: the row's key
         #: and the job's function, until the job finishes.
         self.rows: dict[str, tuple[int, str]] = {}
+        #: Ids of the jobs and rows above that the other node acknowledged (it keeps them).
+        self.acked: set[str] = set()
+        #: Acknowledged jobs and rows of links that broke, until the other node is found gone
+        #: (then given back) or they end: their news comes by notification meanwhile.
+        self.detached: dict[str, Job] = {}
+        self.detached_rows: dict[str, int] = {}
+        self._watching: asyncio.Task[None] | None = None
         self.task: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
         delay = 0.1
-        while True:
+        while not self.links.closing:
             try:
                 await self._serve()
                 delay = 0.1
@@ -168,26 +183,24 @@ class Outbound:
         tls = self.address.startswith(TLS_PREFIX)
         host, port = split_address(self.address.removeprefix(TLS_PREFIX))
         context = _dialer_context() if tls else None
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=context), HANDSHAKE_TIMEOUT
-        )
+        # asyncio.timeout, not wait_for: Python 3.11's wait_for can swallow a cancellation
+        # that comes as its awaitable ends, and a node stopping then waited for this forever.
+        async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+            reader, writer = await asyncio.open_connection(host, port, ssl=context)
         try:
             _nodelay(writer)
-            greeting = await asyncio.wait_for(
-                reader.readexactly(len(GREETING) + CHALLENGE_BYTES), HANDSHAKE_TIMEOUT
-            )
-            if not greeting.startswith(GREETING):
-                raise ValueError("not a jobwire node")
-            challenge = greeting[len(GREETING) :]
-            ssl_object = writer.get_extra_info("ssl_object")
-            der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
-            binding = certificate_binding(der)
-            secret, mine = self.links.secret, secrets.token_bytes(CHALLENGE_BYTES)
-            mac = answer(secret, b"dialer", challenge, binding)
-            writer.write(encode({"node": self.links.node, "mac": mac, "c": mine.hex()}))
-            header, _ = await asyncio.wait_for(
-                read_frame(reader, UNAUTHENTICATED_MAX), HANDSHAKE_TIMEOUT
-            )
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                greeting = await reader.readexactly(len(GREETING) + CHALLENGE_BYTES)
+                if not greeting.startswith(GREETING):
+                    raise ValueError("not a jobwire node")
+                challenge = greeting[len(GREETING) :]
+                ssl_object = writer.get_extra_info("ssl_object")
+                der = ssl_object.getpeercert(True) if ssl_object is not None else None
+                binding = certificate_binding(der)
+                secret, mine = self.links.secret, secrets.token_bytes(CHALLENGE_BYTES)
+                mac = answer(secret, b"dialer", challenge, binding)
+                writer.write(encode({"node": self.links.node, "mac": mac, "c": mine.hex()}))
+                header, _ = await read_frame(reader, UNAUTHENTICATED_MAX)
             proof = header.get("mac")
             if header.get("o") != "ok" or not (
                 isinstance(proof, str)
@@ -209,6 +222,11 @@ class Outbound:
             self.free[str(header["f"])] = int(header["n"])
             return
         job_id = str(header["j"])
+        if kind == "got":
+            if job_id in self.handed or job_id in self.rows:
+                self.acked.add(job_id)
+            return
+        self.acked.discard(job_id)
         cluster = self.links.cluster
         if kind == "p":
             cluster.tell_progress(job_id, int(header["d"]), int(header["t"]))
@@ -262,16 +280,74 @@ class Outbound:
         self.free.clear()
         handed, self.handed = self.handed, {}
         rows, self.rows = self.rows, {}
-        if handed or rows:
+        acked, self.acked = self.acked, set()
+        back = [job for job_id, job in handed.items() if job_id not in acked]
+        freed = [key for job_id, (key, _) in rows.items() if job_id not in acked]
+        if back or freed:
             log.warning(
-                "cluster: link to node %d lost with %d foreground job(s) on it: queued again",
+                "cluster: link to node %d lost with %d foreground job(s) it had not"
+                " acknowledged: queued again",
                 self.node,
-                len(handed) + len(rows),
+                len(back) + len(freed),
             )
-        for job in handed.values():
+        for job in back:
+            self.links.cluster.take_back(job)
+        if freed:
+            self.links.cluster.free_rows(self.node, freed)
+        self.detached.update((job_id, job) for job_id, job in handed.items() if job_id in acked)
+        self.detached_rows.update(
+            (job_id, row[0]) for job_id, row in rows.items() if job_id in acked
+        )
+        kept = len(handed) + len(rows) - len(back) - len(freed)
+        if kept:
+            log.warning(
+                "cluster: link to node %d lost with %d foreground job(s) it acknowledged:"
+                " they stay there while it lives",
+                self.node,
+                kept,
+            )
+        if (self.detached or self.detached_rows) and self._watching is None:
+            self._watching = asyncio.get_running_loop().create_task(self._watch())
+
+    async def _watch(self) -> None:
+        """While acknowledged jobs of a broken link wait: give them back if the other node is
+        found gone while the link is down; stop once they all ended."""
+        cluster = self.links.cluster
+        try:
+            while self._waiting():
+                if self.writer is None and await cluster.node_gone(self.node):
+                    self.give_back()
+                    return
+                await asyncio.sleep(GONE_CHECK)
+        except Exception as exc:
+            log.warning("cluster: could not tell whether node %d lives: %s", self.node, exc)
+        finally:
+            self._watching = None
+
+    def _waiting(self) -> bool:
+        """Whether a detached job still has clients waiting here (forgetting those without)."""
+        waits = self.links.cluster.waits
+        for job_id in [j for j in self.detached_rows if j not in waits]:
+            del self.detached_rows[job_id]
+        for job_id in [j for j in self.detached if j not in waits]:
+            del self.detached[job_id]
+        return bool(self.detached or self.detached_rows)
+
+    def give_back(self) -> None:
+        """The other node is gone: its acknowledged jobs are queued here again, its rows go
+        back to the shared queue (the job may have run there: as for a worker that died)."""
+        detached, self.detached = self.detached, {}
+        rows, self.detached_rows = self.detached_rows, {}
+        if detached or rows:
+            log.warning(
+                "cluster: node %d gone with %d foreground job(s) it had taken: queued again",
+                self.node,
+                len(detached) + len(rows),
+            )
+        for job in detached.values():
             self.links.cluster.take_back(job)
         if rows:
-            self.links.cluster.free_rows(self.node, [key for key, _ in rows.values()])
+            self.links.cluster.free_rows(self.node, list(rows.values()))
 
 
 class Inbound:
@@ -288,12 +364,23 @@ class Inbound:
 
 class PeerClient:
     """A `Subscriber` for a job handed here by another node: what the engine tells of it goes
-    back over the link it came by, under the id its client knows."""
+    back over the link it came by, under the id its client knows; once that link is broken,
+    by notification, as for a foreground job claimed here (its node kept waiting for the
+    jobs this node acknowledged)."""
 
-    def __init__(self, link: Inbound, job_id: str, functions: Mapping[str, FunctionInfo]) -> None:
+    def __init__(self, link: Inbound, job_id: str, cluster: ClusterNode) -> None:
         self.link = link
         self.job_id = job_id
-        self.functions = functions
+        self.functions = cluster.engine.functions
+        self.cluster = cluster
+        self._fallback: Any = None
+
+    def acknowledge(self) -> None:
+        """The job stays here: its node keeps waiting for it should the link break."""
+        self.link.send({"o": "got", "j": self.job_id})
+
+    def link_broken(self) -> bool:
+        return self.link.writer.is_closing()
 
     def refuse(self, job: Job) -> None:
         """Send the job back to its node, which queues it again: no worker here is free for
@@ -302,15 +389,32 @@ class PeerClient:
         free = free_workers(self.functions, job.function)
         self.link.send({"o": "no", "j": self.job_id, "n": free})
 
+    def _broken(self) -> Any:
+        """The notifying subscriber to use instead of the link, once the link is broken."""
+        if not self.link.writer.is_closing():
+            return None
+        if self._fallback is None:
+            self._fallback = self.cluster.client_of(self.link.node, self.job_id)
+        return self._fallback
+
     def job_progress(self, job: Job, done: int, total: int) -> None:
+        if (fallback := self._broken()) is not None:
+            fallback.job_progress(job, done, total)
+            return
         self.link.send({"o": "p", "j": self.job_id, "d": done, "t": total})
 
     def job_output(self, job: Job, kind: Output, data: bytes) -> None:
+        if (fallback := self._broken()) is not None:
+            fallback.job_output(job, kind, data)
+            return
         self.link.send({"o": "o", "j": self.job_id, "k": int(kind)}, data)
 
     def job_finished(
         self, job: Job, state: JobState, result: bytes | None, error: bytes | None
     ) -> None:
+        if (fallback := self._broken()) is not None:
+            fallback.job_finished(job, state, result, error)
+            return
         header: dict[str, Any] = {"o": "f", "j": self.job_id, "s": int(state)}
         # The workers free for its function now: the other node hands the next job to one of
         # them at once, not after the worker has said it waits.
@@ -338,6 +442,7 @@ class PeerLinks:
         self.handed = 0  # jobs handed to other nodes, for tests and metrics
         self.taken = 0  # jobs other nodes handed here
         self._server: asyncio.base_events.Server | None = None
+        self.closing = False  # the dials stop
         self._advertise: set[str] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -398,18 +503,24 @@ class PeerLinks:
             link = self.outbound.pop(node)
             if link.task is not None:
                 link.task.cancel()
+            link.give_back()  # its lease ran out: what it acknowledged comes back
 
     async def close(self) -> None:
+        self.closing = True
         if self._server is not None:
             self._server.close()
         for link in self.inbound:
             link.writer.close()
-        tasks = [link.task for link in self.outbound.values() if link.task is not None]
+        tasks = [
+            task
+            for link in self.outbound.values()
+            for task in (link.task, link._watching)
+            if task is not None
+        ]
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
+        if tasks:
+            await asyncio.wait(tasks, timeout=CLOSE_WAIT)
         self.outbound.clear()
 
     # ------------------------------------------------------------------ handing over
@@ -446,6 +557,14 @@ class PeerLinks:
         self.handed += 1
         return True
 
+    @property
+    def acknowledged(self) -> int:
+        """Jobs of this node's clients that other nodes acknowledged and have not ended."""
+        return sum(
+            len(link.acked) + len(link.detached) + len(link.detached_rows)
+            for link in self.outbound.values()
+        )
+
     def can_hand_over(self, function: str) -> bool:
         return any(
             link.writer is not None and link.free.get(function, 0) > 0
@@ -460,9 +579,8 @@ class PeerLinks:
             _nodelay(writer)
             challenge = secrets.token_bytes(CHALLENGE_BYTES)
             writer.write(GREETING + challenge)
-            header, _ = await asyncio.wait_for(
-                read_frame(reader, UNAUTHENTICATED_MAX), HANDSHAKE_TIMEOUT
-            )
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                header, _ = await read_frame(reader, UNAUTHENTICATED_MAX)
             mac, node, theirs = header.get("mac"), header.get("node"), header.get("c")
             binding = self._binding
             if not (
@@ -508,7 +626,7 @@ class PeerLinks:
                 payload,
                 priority=int(header["p"]),
                 background=False,
-                subscriber=PeerClient(link, job_id, engine.functions),
+                subscriber=PeerClient(link, job_id, self.cluster),
                 queue=header.get("q"),
                 job_id=job_id,
                 origin=int(header.get("g") or 0),
@@ -539,10 +657,11 @@ class PeerLinks:
             int(header["s"]),
             int(header.get("g") or 0),
         )
-        subscriber = PeerClient(link, job_id, self.cluster.engine.functions)
+        subscriber = PeerClient(link, job_id, self.cluster)
         if not self.cluster.load_from_link(row, subscriber):
             self._refuse(link, job_id, header)
             return
+        subscriber.acknowledge()  # a row is this node's: never refused once loaded
         self.taken += 1
 
     def _refuse(self, link: Inbound, job_id: str, header: dict[str, Any]) -> None:

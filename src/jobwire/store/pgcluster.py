@@ -198,6 +198,11 @@ WHERE j.queue = %s AND (j.owner IS NULL OR n.id IS NULL OR n.lease_until < now()
 GROUP BY j.state
 """
 
+#: Whether a node is gone (the node twice): no live lease, or its lock free.
+NODE_GONE_SQL = f"""
+SELECT NOT EXISTS (SELECT 1 FROM nodes WHERE id = %s AND lease_until >= now())
+    OR pg_try_advisory_xact_lock({_NODE_LOCK})
+"""
 #: Give back to the shared queue rows written as a node's that will not run them (the rows'
 #: keys, the node, the channel): its link broke, or it refused them.
 FREE_ROWS_SQL = """
@@ -797,6 +802,18 @@ class ClusterNode:
     def _releases(self, job: Job) -> bool | WrittenAs:
         """At the end of the turn that created `job`: write it to the shared queue (and let
         it leave this engine) when other nodes run and no local worker is free for it."""
+        links = self.links
+        handed_here = _handed_here(job)
+        if handed_here is not None:  # another node's job: it stays, or goes back to its node
+            broken = handed_here.link_broken()  # its node takes it back: it must not stay
+            if (broken or (self.peers and not self.keeps(job))) and self.engine.release(job):
+                if not broken:
+                    handed_here.refuse(job)
+                if links is not None:
+                    links.taken -= 1
+            else:
+                handed_here.acknowledge()
+            return False
         if not self.peers:
             return False  # alone
         held = self.shared.releases_held(job)
@@ -804,14 +821,6 @@ class ClusterNode:
             return held  # a job held back until its unique key is settled
         if job.background == bool(job.subscribers) or self.keeps(job):
             return False  # a background job a client waits on, or an orphan; or kept
-        links = self.links
-        handed_here = _handed_here(job)
-        if handed_here is not None:  # another node's job, no worker here free for it now
-            if self.engine.release(job):
-                handed_here.refuse(job)
-                if links is not None:
-                    links.taken -= 1
-            return False
         if (
             not job.background
             and links is not None
@@ -893,6 +902,12 @@ class ClusterNode:
             return False
         self.load([(*row, None)], subscriber)
         return True
+
+    async def node_gone(self, node: int) -> bool:
+        """Whether `node` is gone: its lease ran out, or no session holds its lock (its
+        process died; the lock is taken and let go at once)."""
+        rows = await self._claims.fetch(NODE_GONE_SQL, (node, node))
+        return bool(rows[0][0])
 
     def take_back(self, job: Job) -> None:
         """A job handed to another node came back (refused, or its link broke): queued here

@@ -239,6 +239,12 @@ class EngineCollector(Collector):
             "jobwire_cluster_peers", "Other live nodes, as of the last heartbeat", cluster.peers
         )
         links = cluster.links
+        yield GaugeMetricFamily(
+            "jobwire_cluster_jobs_acknowledged",
+            "Foreground jobs of this node's clients that another node acknowledged over a peer"
+            " link and has not ended",
+            links.acknowledged if links is not None else 0,
+        )
         for name, text, value in (
             ("claimed", "Jobs this node claimed from the shared queue", cluster.claimed),
             ("released", "New jobs this node wrote to the shared queue", cluster.released),
