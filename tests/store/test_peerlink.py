@@ -4,6 +4,7 @@ The links themselves are driven between real nodes in tests/cluster/test_peerlin
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -15,7 +16,9 @@ from jobwire.store.peerlink import (
     CHALLENGE_BYTES,
     FRAME_MAX,
     GREETING,
+    SILENT_LINK,
     Outbound,
+    _tune,
     answer,
     encode,
     read_frame,
@@ -120,3 +123,25 @@ def test_a_dialer_links_only_to_a_node_that_proves_it_knows_the_secret() -> None
     ended, free = _dial_fake_node("00" * 32)
     assert isinstance(ended, ValueError) and "secret" in str(ended)
     assert free == {}  # nothing heard, nothing handed: the link never began
+
+
+def test_a_link_notices_an_other_end_gone_silent() -> None:
+    """Keepalive probes and a bound on unacknowledged data: a link whose packets are
+    dropped breaks in `SILENT_LINK` seconds, and its jobs are dealt with as on any break."""
+
+    async def main() -> tuple[int, ...]:
+        server = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        _tune(writer)
+        sock = writer.get_extra_info("socket")
+        options = (
+            sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY),
+            sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT),
+        )
+        writer.close()
+        server.close()
+        return options
+
+    assert asyncio.run(main()) == (1, 1, SILENT_LINK * 1000)

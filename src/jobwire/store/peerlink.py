@@ -188,7 +188,7 @@ class Outbound:
         async with asyncio.timeout(HANDSHAKE_TIMEOUT):
             reader, writer = await asyncio.open_connection(host, port, ssl=context)
         try:
-            _nodelay(writer)
+            _tune(writer)
             async with asyncio.timeout(HANDSHAKE_TIMEOUT):
                 greeting = await reader.readexactly(len(GREETING) + CHALLENGE_BYTES)
                 if not greeting.startswith(GREETING):
@@ -576,7 +576,7 @@ class PeerLinks:
     async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         link: Inbound | None = None
         try:
-            _nodelay(writer)
+            _tune(writer)
             challenge = secrets.token_bytes(CHALLENGE_BYTES)
             writer.write(GREETING + challenge)
             async with asyncio.timeout(HANDSHAKE_TIMEOUT):
@@ -718,7 +718,25 @@ def _first_certificate(tls: TLSFiles) -> bytes:
     return ssl.PEM_cert_to_DER_cert(pem[pem.index("-----BEGIN CERTIFICATE-----") : end])
 
 
-def _nodelay(writer: asyncio.StreamWriter) -> None:
+#: A link whose other end went silent (a network that drops its packets, no reset) counts as
+#: broken after this many seconds: keepalive probes while it is idle, a bound on unacknowledged
+#: data while it is not (Linux). Until then, jobs on it would wait for news that cannot come.
+SILENT_LINK = 30
+
+
+def _tune(writer: asyncio.StreamWriter) -> None:
+    """No Nagle delay; a silent other end noticed within `SILENT_LINK` seconds."""
     sock = writer.get_extra_info("socket")
-    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (
+        ("TCP_KEEPIDLE", SILENT_LINK // 3),
+        ("TCP_KEEPINTVL", SILENT_LINK // 6),
+        ("TCP_KEEPCNT", 4),
+        ("TCP_USER_TIMEOUT", SILENT_LINK * 1000),
+    ):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
