@@ -391,7 +391,7 @@ class PeerClient:
 
     def _broken(self) -> Any:
         """The notifying subscriber to use instead of the link, once the link is broken."""
-        if not self.link.writer.is_closing():
+        if not self.link_broken():
             return None
         if self._fallback is None:
             self._fallback = self.cluster.client_of(self.link.node, self.job_id)

@@ -803,7 +803,7 @@ class ClusterNode:
         """At the end of the turn that created `job`: write it to the shared queue (and let
         it leave this engine) when other nodes run and no local worker is free for it."""
         links = self.links
-        handed_here = _handed_here(job)
+        handed_here = None if job.background else _handed_here(job)  # links carry fg jobs
         if handed_here is not None:  # another node's job: it stays, or goes back to its node
             broken = handed_here.link_broken()  # its node takes it back: it must not stay
             if (broken or (self.peers and not self.keeps(job))) and self.engine.release(job):

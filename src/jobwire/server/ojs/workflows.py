@@ -308,8 +308,7 @@ class Workflows:
             raise OJSError("invalid_request", "a step's end needs step, job_id and state") from None
         if not state.terminal:
             raise OJSError("invalid_request", f"job {job_id} has not ended")
-        if self.kv is not None:
-            self.kv.kv_put(STEP_NAMESPACE, _step_key(flow.id, outcome), None)
+        self._forget_step(_step_key(flow.id, outcome))
         if 0 <= index < len(flow.outcomes) and flow.outcomes[index] == state.name.lower():
             return  # told again: its answer was lost
         self._step_ended(flow, index, job_id, state, outcome.get("result"))
@@ -320,17 +319,19 @@ class Workflows:
         for key, raw in records.items():
             flow = self._flows.get(key.split("\x1f", 1)[0])
             if flow is None:  # retired here, its record not yet deleted: nothing to move on
-                if self.kv is not None:
-                    self.kv.kv_put(STEP_NAMESPACE, key, None)
+                self._forget_step(key)
                 continue
             try:
                 self._apply_step_end(flow, json.loads(raw))
             except (OJSError, ValueError) as exc:
                 log.error("workflow %s: a step's end in the store is unreadable: %s", flow.id, exc)
-                if self.kv is not None:
-                    self.kv.kv_put(STEP_NAMESPACE, key, None)
+                self._forget_step(key)
                 continue
             log.info("workflow %s: a step's end found in the store (%r)", flow.id, key)
+
+    def _forget_step(self, key: str) -> None:
+        if self.kv is not None:
+            self.kv.kv_put(STEP_NAMESPACE, key, None)
 
     def lookup(self, workflow_id: str) -> Workflow:
         flow = self._flows.get(workflow_id)
