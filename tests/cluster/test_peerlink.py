@@ -14,12 +14,14 @@ import socket
 import ssl
 import subprocess
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from jobwire.store.peerlink import encode
 from tests.cluster.conftest import start_node
+from tests.cluster.linkproxy import LinkProxy
 from tests.cluster.test_pgcluster import sleeping_worker, wake_and_grab
 from tests.interop.gearman_raw import Cmd, GearmanSocket, wait_until
 from tests.pg import Schema
@@ -163,7 +165,7 @@ def test_a_peer_link_that_does_not_answer_the_challenge_is_closed(
             greeting = b""
             while len(greeting) < 24:
                 greeting += sock.recv(24 - len(greeting))
-            assert greeting.startswith(b"JWPEER2\n")
+            assert greeting.startswith(b"JWPEER3\n")
             sock.sendall(attempt)
             rest = b""
             while chunk := sock.recv(4096):  # the node closes the link
@@ -308,12 +310,85 @@ def test_a_job_acknowledged_before_its_link_broke_stays_with_the_node_running_it
             assert wake_and_grab(worker) == (handle, b"once")
             wait_until(lambda: counters(first)["jobs_acknowledged"] == 1 or None, "the ack")
             _break_link(schema, second)
-            wait_until(lambda: "they stay there" in first.log() or None, "the link lost")
+            settled = "settled: 1 foreground job(s) stay there while it lives, 0 queued again"
+            wait_until(lambda: settled in first.log() or None, "the link settled")
             with sleeping_worker(first, "steady") as spare:  # would get the job, queued again
                 worker.send(Cmd.WORK_STATUS, handle, "1", "2")
                 worker.send(Cmd.WORK_COMPLETE, handle, "done there")
                 assert client.expect(Cmd.WORK_STATUS).args == (handle.encode(), b"1", b"2")
                 assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"done there")
                 assert spare.grab().type == Cmd.NO_JOB
-    assert "had not acknowledged" not in first.log()
     wait_until(lambda: counters(first)["jobs_acknowledged"] == 0 or None, "the ack forgotten")
+
+
+def _through_proxy(
+    schema: Schema, nodes: list[ServerProcess], to: ServerProcess, drop: Callable[[dict], bool]
+) -> tuple[ServerProcess, LinkProxy]:
+    """A node whose link to `to` goes through a `LinkProxy` (it dials the address `to`'s row
+    gives, which the test rewrites before that node starts)."""
+    peer = wait_until(
+        lambda: schema.rows(f"SELECT peer FROM {{schema}}.nodes WHERE id = {node_id(to)}")[0][0],
+        "the node's address",
+    )
+    host, _, port = str(peer).rpartition(":")
+    proxy = LinkProxy((host, int(port)), drop)
+    schema.rows(f"UPDATE {{schema}}.nodes SET peer = '{proxy.address}' WHERE id = {node_id(to)}")
+    return start_node(nodes, schema, http=True), proxy
+
+
+def test_a_job_whose_acknowledgement_was_lost_with_its_link_runs_once(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """The link breaks after the node running the job acknowledged it, before the ack
+    arrived. The client's node asks that node, which says it keeps the job: it runs there
+    only. Queued again on the client's node (as before the settling), a worker there would
+    run it a second time."""
+    second = start_node(nodes, schema, http=True)
+    with sleeping_worker(second, "doubted") as worker:
+        first, proxy = _through_proxy(schema, nodes, second, lambda h: h.get("o") == "got")
+        try:
+            wait_linked(first, second)
+            with GearmanSocket(first) as client:
+                handle = client.submit_fg("doubted", "once")
+                assert wake_and_grab(worker) == (handle, b"once")
+                wait_until(lambda: proxy.held_back("got") or None, "the ack held back")
+                proxy.cut()
+                settled = "settled: 1 foreground job(s) stay there while it lives, 0 queued"
+                wait_until(lambda: settled in first.log() or None, "the link settled")
+                with sleeping_worker(first, "doubted") as spare:  # would get it, queued again
+                    worker.send(Cmd.WORK_COMPLETE, handle, "done there")
+                    assert client.expect(Cmd.WORK_COMPLETE).args == (
+                        handle.encode(),
+                        b"done there",
+                    )
+                    assert spare.grab().type == Cmd.NO_JOB
+        finally:
+            proxy.close()
+    assert "settled its link here: 1 frame(s) it missed, 1 job(s) stay" in second.log()
+
+
+def test_the_end_of_a_job_lost_with_its_link_reaches_the_client(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """The job's end was on its way when the link broke: the node that ran it still had
+    it, unread by the client's node, and sends it in its answer. Before, the client's node
+    waited for news that was never to come (by notification it comes only once a link
+    broke), as long as the other node lived."""
+    second = start_node(nodes, schema, http=True)
+    with sleeping_worker(second, "unheard") as worker:
+        first, proxy = _through_proxy(schema, nodes, second, lambda h: h.get("o") in ("o", "f"))
+        try:
+            wait_linked(first, second)
+            with GearmanSocket(first) as client:
+                handle = client.submit_fg("unheard", "question")
+                assert wake_and_grab(worker) == (handle, b"question")
+                wait_until(lambda: counters(first)["jobs_acknowledged"] == 1 or None, "the ack")
+                worker.send(Cmd.WORK_DATA, handle, "part")
+                worker.send(Cmd.WORK_COMPLETE, handle, "answer")
+                wait_until(lambda: proxy.held_back("f") or None, "the end held back")
+                proxy.cut()
+                assert client.expect(Cmd.WORK_DATA).args == (handle.encode(), b"part")
+                assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"answer")
+        finally:
+            proxy.close()
+    assert "settled: 0 foreground job(s) stay there while it lives, 0 queued again" in (first.log())

@@ -4,6 +4,7 @@ The links themselves are driven between real nodes in tests/cluster/test_peerlin
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
 import subprocess
 import sys
@@ -12,11 +13,13 @@ from typing import Any
 
 import pytest
 
+from jobwire.engine.job import JobState
 from jobwire.store.peerlink import (
     CHALLENGE_BYTES,
     FRAME_MAX,
     GREETING,
     SILENT_LINK,
+    Inbound,
     Outbound,
     _tune,
     answer,
@@ -97,7 +100,11 @@ def _dial_fake_node(proof: str | None) -> tuple[BaseException | None, dict[str, 
         header, _ = await read_frame(reader, 1024)
         assert header["mac"] == answer(secret, b"dialer", challenge)
         mac = proof or answer(secret, b"listener", bytes.fromhex(header["c"]))
-        writer.write(encode({"o": "ok", "mac": mac}) + encode({"o": "free", "f": "fn", "n": 3}))
+        writer.write(
+            encode({"o": "ok", "mac": mac})
+            + encode({"o": "free", "f": "fn", "n": 3})
+            + encode({"o": "ready"})
+        )
         await writer.drain()
         writer.close()
 
@@ -145,3 +152,49 @@ def test_a_link_notices_an_other_end_gone_silent() -> None:
         return options
 
     assert asyncio.run(main()) == (1, 1, SILENT_LINK * 1000)
+
+
+class _Writer:
+    """A link's writer: what was written, and whether it is closing (the link broke)."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.closing = False
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def close(self) -> None:
+        self.closing = True
+
+
+def test_a_link_keeps_what_its_dialer_did_not_read_and_settles_once() -> None:
+    writer = _Writer()
+    link = Inbound(writer, 1, "ab" * CHALLENGE_BYTES)  # type: ignore[arg-type]
+    link.send({"o": "free", "f": "fn", "n": 1})  # frame 1: never kept
+    link.send({"o": "got", "j": "a"})  # 2
+    link.send({"o": "f", "j": "a", "s": 4}, b"result")  # 3
+    link.read_up_to(2)  # the dialer read frames 1 and 2
+    writer.closing = True  # broken on this side: kept, not written
+    link.send({"o": "p", "j": "b", "d": 1, "t": 2})  # 4
+    assert len(writer.written) == 3
+    kept_client, gone_client = object(), object()
+    link.jobs = {"b": kept_client, "c": gone_client, "d": kept_client}  # type: ignore[dict-item]
+    jobs = {
+        "b": SimpleNamespace(state=JobState.ACTIVE, subscribers=[kept_client]),
+        "c": SimpleNamespace(state=JobState.COMPLETED, subscribers=[gone_client]),
+        "d": SimpleNamespace(state=JobState.ACTIVE, subscribers=[object()]),  # another's now
+    }
+    answered = link.settle(2, jobs)
+    assert answered == {
+        "f": [
+            ({"o": "f", "j": "a", "s": 4}, base64.b64encode(b"result").decode()),
+            ({"o": "p", "j": "b", "d": 1, "t": 2}, ""),
+        ],
+        "k": ["b"],
+    }
+    link.send({"o": "f", "j": "b", "s": 4}, b"later")  # by notification once settled
+    assert link.sent == 4 and len(link.unread) == 2

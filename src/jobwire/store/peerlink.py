@@ -27,13 +27,21 @@ comes back over the same link.
   refusing node's free-worker count. The receiving node never passes a job on through the
   shared queue: a row of it there, and its node's copy after a broken link, would be two.
 - The receiving node acknowledges each job it keeps ("got", at the end of the turn that
-  took it, once it can no longer refuse it). A link that breaks gives back the jobs handed
-  over it that were not acknowledged: they are queued again on their client's node (rows go
-  back to the shared queue). The acknowledged ones stay with the node running them, which
-  then tells their clients' node of them the way a node that claimed a foreground job does
-  (`jobwire.store.pgcluster.RemoteClient`, by notification); only once that node is found
-  gone (its lock free, or its lease run out) are they given back. Left: an acknowledgement
-  lost with the link, which makes the job run on both nodes.
+  took it, once it can no longer refuse it), and keeps every frame it sent on the link
+  until the dialer says it read it (each frame the dialer sends carries how many it read).
+- A link that breaks is settled: the dialer asks the other node, by notification (the
+  operation `link.settle`, `jobwire.store.pgremote`), which of the link's jobs it keeps,
+  saying how many frames it read. That node reads nothing more from the link and answers
+  with the frames the dialer missed (an end, a refusal, an acknowledgement lost with the
+  link) and the jobs it keeps. The dialer hears those frames as if the link had brought
+  them, queues again the jobs the other node does not keep (rows go back to the shared
+  queue), and leaves the kept ones where they run: their news comes by notification from
+  then on (`jobwire.store.pgcluster.RemoteClient`), as for a foreground job claimed from the
+  shared queue. Before the answer, the other node sends nothing by notification (a frame
+  would come twice) and lets go of a job that came by the link in the same turn (the
+  answer then does not name it). Only when the other node is found gone (its lock free, or
+  its lease run out) before it answers are all the link's jobs given back, as are kept
+  ones later should that node go.
 
 Frames: a 4-byte length, a 4-byte header length, the header (JSON), then the job's payload
 or result, raw. Written by hand: a dozen lines over asyncio streams, where a messaging
@@ -51,6 +59,7 @@ import secrets
 import socket
 import ssl
 import struct
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -58,17 +67,19 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from jobwire.engine.job import Job, JobState, Output
+from jobwire.ports.cluster import HolderAnswer
 
 if TYPE_CHECKING:
     from jobwire.engine.lanes import FunctionInfo
     from jobwire.server.auth import TLSFiles
     from jobwire.store.pgcluster import ClusterNode
+    from jobwire.store.pgremote import RemoteJobs
 
 log = logging.getLogger("jobwire.cluster")
 
 _FRAME = struct.Struct(">II")
 #: The challenge a listening node opens each link with: a tag and random bytes.
-GREETING = b"JWPEER2\n"
+GREETING = b"JWPEER3\n"
 #: How a node that serves its links over TLS advertises its address.
 TLS_PREFIX = "tls:"
 CHALLENGE_BYTES = 16
@@ -84,6 +95,12 @@ REDIAL_MAX = 5.0
 GONE_CHECK = 0.5
 #: Seconds a stopping node waits for its dials to end.
 CLOSE_WAIT = 3.0
+#: The operation that settles a broken link (`PeerLinks.settle`).
+SETTLE = "link.settle"
+#: Frames a dialer reads before it tells the other node so, when it has nothing to send.
+READ_REPORT = 64
+#: Frames not kept for a link's settling: counts of free workers are stale by then.
+_UNKEPT = frozenset({"free", "ready"})
 
 SECRET_SQL = """
 WITH made AS (
@@ -150,15 +167,12 @@ class Outbound:
         self.writer: asyncio.StreamWriter | None = None
         #: Workers free on the other node, per function, less the jobs sent since it said.
         self.free: dict[str, int] = {}
-        #: Jobs handed over this link, by id, until they finish or come back.
-        self.handed: dict[str, Job] = {}
-        #: Rows written as the other node's and sent over this link, by job id: the row's key
-        #: and the job's function, until the job finishes.
-        self.rows: dict[str, tuple[int, str]] = {}
-        #: Ids of the jobs and rows above that the other node acknowledged (it keeps them).
-        self.acked: set[str] = set()
-        #: Acknowledged jobs and rows of links that broke, until the other node is found gone
-        #: (then given back) or they end: their news comes by notification meanwhile.
+        #: What the connection open now carries.
+        self.carried = Carried()
+        #: What broken connections carried, until their settling ends.
+        self.settling: list[Carried] = []
+        #: Jobs and rows of links that broke that the other node keeps, until it is found
+        #: gone (then given back) or they end: their news comes by notification meanwhile.
         self.detached: dict[str, Job] = {}
         self.detached_rows: dict[str, int] = {}
         self._watching: asyncio.Task[None] | None = None
@@ -207,35 +221,47 @@ class Outbound:
                 and hmac.compare_digest(proof, answer(secret, b"listener", mine, binding))
             ):
                 raise ValueError("the node did not prove it knows the cluster's secret")
-            log.info("cluster: linked to node %d at %s", self.node, self.address)
+            carried = self.carried = Carried(mine.hex())
             self.writer = writer
+            reported = 0
             while True:
                 header, blob = await read_frame(reader, FRAME_MAX)
-                self._heard(header, blob)
+                carried.read += 1
+                self._heard(header, blob, carried)
+                if carried.read - reported >= READ_REPORT:  # the other node may forget them
+                    reported = carried.read
+                    writer.write(encode({"o": "read", "k": reported}))
         finally:
             self.writer = None
             writer.close()
 
-    def _heard(self, header: dict[str, Any], blob: bytes) -> None:
+    def _heard(self, header: dict[str, Any], blob: bytes, carried: Carried) -> None:
+        """A frame from the other node, about the jobs `carried` (the open connection's, or
+        a broken one's, whose missed frames its settling brought)."""
+        live = carried is self.carried  # a settled frame's free-worker count is stale
         kind = header.get("o")
         if kind == "free":
-            self.free[str(header["f"])] = int(header["n"])
+            if live:
+                self.free[str(header["f"])] = int(header["n"])
+            return
+        if kind == "ready":  # the other node's free workers are known: jobs may go
+            log.info("cluster: linked to node %d at %s", self.node, self.address)
             return
         job_id = str(header["j"])
         if kind == "got":
-            if job_id in self.handed or job_id in self.rows:
-                self.acked.add(job_id)
+            if job_id in carried.handed or job_id in carried.rows:
+                carried.acked.add(job_id)
             return
-        self.acked.discard(job_id)
+        carried.acked.discard(job_id)
         cluster = self.links.cluster
         if kind == "p":
             cluster.tell_progress(job_id, int(header["d"]), int(header["t"]))
         elif kind == "o":
             cluster.tell_output(job_id, Output(int(header["k"])), blob)
         elif kind == "f":
-            job = self.handed.pop(job_id, None)
-            function = job.function if job is not None else self.rows.pop(job_id, (0, None))[1]
-            if function is not None:  # its worker's free again, before its client hears
+            job = carried.handed.pop(job_id, None)
+            function = job.function if job is not None else carried.rows.pop(job_id, (0, None))[1]
+            if function is not None and live:  # its worker's free again, before its client hears
                 self.free[function] = int(header["n"])
             error = header.get("x")
             cluster.tell_finished(
@@ -245,10 +271,10 @@ class Outbound:
                 None if error is None else base64.b64decode(error),
             )
         elif kind == "no":  # refused: queued again here, or its row in the shared queue
-            job = self.handed.pop(job_id, None)
-            row = self.rows.pop(job_id, None)
+            job = carried.handed.pop(job_id, None)
+            row = carried.rows.pop(job_id, None)
             function = job.function if job is not None else row[1] if row is not None else None
-            if function is not None:  # as free as it says, before this node looks again
+            if function is not None and live:  # as free as it says, before this node looks again
                 self.free[function] = int(header.get("n") or 0)
             if job is not None:
                 self.links.cluster.take_back(job)
@@ -257,10 +283,12 @@ class Outbound:
 
     def hand(self, job: Job) -> None:
         assert self.writer is not None
-        self.handed[job.id] = job
+        carried = self.carried
+        carried.handed[job.id] = job
         header: dict[str, Any] = {"o": "run", "j": job.id, "f": job.function, "q": job.queue}
         header["p"] = job.priority
         header["g"] = job.origin
+        header["k"] = carried.read
         self.writer.write(encode(header, job.payload))
 
     def send_row(self, row: tuple[Any, ...]) -> None:
@@ -268,46 +296,125 @@ class Outbound:
         assert self.writer is not None
         job_id, function, queue, unique, payload, priority, _state = row[:7]
         attempts, max_attempts, run_at, created_at, reducer, ext, key, origin = row[7:]
-        self.rows[job_id] = (key, function)
+        carried = self.carried
+        carried.rows[job_id] = (key, function)
         header = {"o": "row", "j": job_id, "f": function, "q": queue, "u": unique}
         header.update(p=priority, a=attempts, m=max_attempts, r=run_at, c=created_at)
-        header.update(d=reducer, s=key, g=origin)
+        header.update(d=reducer, s=key, g=origin, k=carried.read)
         header["x"] = None if ext is None else base64.b64encode(ext).decode()
         self.writer.write(encode(header, payload))
 
     def _lost(self) -> None:
         self.writer = None
         self.free.clear()
-        handed, self.handed = self.handed, {}
-        rows, self.rows = self.rows, {}
-        acked, self.acked = self.acked, set()
-        back = [job for job_id, job in handed.items() if job_id not in acked]
-        freed = [key for job_id, (key, _) in rows.items() if job_id not in acked]
-        if back or freed:
-            log.warning(
-                "cluster: link to node %d lost with %d foreground job(s) it had not"
-                " acknowledged: queued again",
-                self.node,
-                len(back) + len(freed),
-            )
-        for job in back:
-            self.links.cluster.take_back(job)
-        if freed:
-            self.links.cluster.free_rows(self.node, freed)
-        self.detached.update((job_id, job) for job_id, job in handed.items() if job_id in acked)
-        self.detached_rows.update(
-            (job_id, row[0]) for job_id, row in rows.items() if job_id in acked
+        carried, self.carried = self.carried, Carried()
+        if not (carried.handed or carried.rows):
+            return
+        if self.links.closing or self.links.remote is None:
+            # Nobody to ask (this node stops, or serves no operations): what the other node
+            # acknowledged stays there, the rest comes back.
+            self._settled(carried, carried.acked)
+            return
+        self.settling.append(carried)
+        task = asyncio.get_running_loop().create_task(self._settle(carried))
+        self.links.tasks.add(task)
+        task.add_done_callback(self.links.tasks.discard)
+
+    async def _settle(self, carried: Carried) -> None:
+        """Ask the other node which of the broken connection's jobs it keeps, and what it sent
+        that this node did not read; give everything back if it is found gone first."""
+        remote = self.links.remote
+        assert remote is not None
+        cluster = self.links.cluster
+        loop = asyncio.get_running_loop()
+        asking: asyncio.Task[HolderAnswer | None] | None = None
+        warned = False
+        try:
+            while True:
+                if asking is None:
+                    arguments = {"read": carried.read}
+                    asking = loop.create_task(
+                        remote.ask([self.node], SETTLE, carried.link_id, arguments)
+                    )
+                await asyncio.wait({asking}, timeout=GONE_CHECK)
+                if asking.done():
+                    failed = asking.exception()
+                    answer = None if failed is not None else asking.result()
+                    asking = None
+                    if answer is not None:
+                        self._answered(carried, orjson.loads(answer.body))
+                        return
+                try:
+                    gone = await cluster.node_gone(self.node)
+                except Exception as exc:
+                    gone = False
+                    if not warned:
+                        warned = True
+                        log.warning(
+                            "cluster: cannot settle the link to node %d yet: %s", self.node, exc
+                        )
+                if gone:
+                    self._settled(carried, set())
+                    return
+        finally:
+            if asking is not None:
+                asking.cancel()
+            if carried in self.settling:
+                self.settling.remove(carried)
+
+    def _answered(self, carried: Carried, answer: dict[str, Any]) -> None:
+        """The other node's answer: the frames this node missed, heard now, then its jobs."""
+        for header, blob in answer["f"]:
+            self._heard(header, base64.b64decode(blob), carried)
+        self._settled(carried, set(answer["k"]))
+
+    def _settled(self, carried: Carried, kept: set[str]) -> None:
+        """Of a broken connection's jobs, those not `kept` come back: queued again here, rows
+        to the shared queue. The kept ones stay where they run while that node lives."""
+        cluster = self.links.cluster
+        if carried in self.settling:
+            self.settling.remove(carried)  # news of its jobs is heard at once from now on
+        news, carried.news = carried.news, []
+        for message in news:
+            cluster.deliver(message)
+        back = [job for job_id, job in carried.handed.items() if job_id not in kept]
+        freed = [key for job_id, (key, _) in carried.rows.items() if job_id not in kept]
+        stay = [(job_id, job) for job_id, job in carried.handed.items() if job_id in kept]
+        rows = [(job_id, row[0]) for job_id, row in carried.rows.items() if job_id in kept]
+        carried.handed, carried.rows = {}, {}
+        log.log(
+            logging.WARNING if back or freed else logging.INFO,
+            "cluster: link to node %d settled: %d foreground job(s) stay there while it lives,"
+            " %d queued again",
+            self.node,
+            len(stay) + len(rows),
+            len(back) + len(freed),
         )
-        kept = len(handed) + len(rows) - len(back) - len(freed)
-        if kept:
-            log.warning(
-                "cluster: link to node %d lost with %d foreground job(s) it acknowledged:"
-                " they stay there while it lives",
-                self.node,
-                kept,
-            )
+        for job in back:
+            cluster.take_back(job)
+        if freed:
+            cluster.free_rows(self.node, freed)
+        self.detached.update(stay)
+        self.detached_rows.update(rows)
         if (self.detached or self.detached_rows) and self._watching is None:
             self._watching = asyncio.get_running_loop().create_task(self._watch())
+
+    def hold_news(self, job_id: str, message: dict[str, Any]) -> bool:
+        """News by notification of a job whose broken connection is being settled waits for
+        the frames that connection missed (they came before it)."""
+        for carried in self.settling:
+            if job_id in carried.handed or job_id in carried.rows:
+                carried.news.append(message)
+                return True
+        return False
+
+    def find(self, job_id: str) -> Job | None:
+        """A job of this node's clients handed over this link and not ended."""
+        for carried in (self.carried, *self.settling):
+            job = carried.handed.get(job_id)
+            if job is not None:
+                return job
+        return self.detached.get(job_id)
 
     async def _watch(self) -> None:
         """While acknowledged jobs of a broken link wait: give them back if the other node is
@@ -350,16 +457,75 @@ class Outbound:
             self.links.cluster.free_rows(self.node, list(rows.values()))
 
 
-class Inbound:
-    """Another node's link to this one: jobs come in, what happens to them goes back."""
+class Carried:
+    """What one connection of a link to another node carried: the jobs handed over it and
+    the rows sent over it, until they end, come back, or its settling decides."""
 
-    def __init__(self, writer: asyncio.StreamWriter, node: int) -> None:
+    def __init__(self, link_id: str = "") -> None:
+        #: The connection's name on both nodes: the dialer's challenge, in hex.
+        self.link_id = link_id
+        #: Jobs handed over, by id.
+        self.handed: dict[str, Job] = {}
+        #: Rows written as the other node's and sent, by job id: the row's key and function.
+        self.rows: dict[str, tuple[int, str]] = {}
+        #: Ids of the jobs and rows above that the other node acknowledged.
+        self.acked: set[str] = set()
+        #: Frames read from the other node.
+        self.read = 0
+        #: News of these jobs by notification while settling, heard after the missed frames.
+        self.news: list[dict[str, Any]] = []
+
+
+class Inbound:
+    """Another node's link to this one: jobs come in, what happens to them goes back.
+
+    Every frame sent is numbered, and kept until the dialer says it read it, for the
+    settling of the link should it break (`PeerLinks.settle`): frames sent once it broke
+    are only kept. Once settled, the link sends nothing more."""
+
+    def __init__(self, writer: asyncio.StreamWriter, node: int, link_id: str) -> None:
         self.writer = writer
         self.node = node
+        self.link_id = link_id
+        self.sent = 0
+        self.unread: deque[tuple[int, dict[str, Any], bytes]] = deque()
+        #: The jobs that came by this link and may still be here, with their subscribers.
+        self.jobs: dict[str, PeerClient] = {}
+        self.settled = False
 
     def send(self, header: dict[str, Any], blob: bytes = b"") -> None:
+        if self.settled:
+            return
+        self.sent += 1
+        if header["o"] not in _UNKEPT:
+            self.unread.append((self.sent, header, blob))
         if not self.writer.is_closing():
             self.writer.write(encode(header, blob))
+
+    def read_up_to(self, count: Any) -> None:
+        """The dialer read the first `count` frames: they need not be kept."""
+        unread = self.unread
+        while unread and unread[0][0] <= count:
+            unread.popleft()
+
+    def settle(self, read: int, engine_jobs: Any) -> dict[str, Any]:
+        """The dialer lost the link having read `read` frames: nothing more is read from it
+        or sent on it. The frames it missed, and the link's jobs that stay here."""
+        self.settled = True
+        self.writer.close()
+        frames = [
+            (header, base64.b64encode(blob).decode())
+            for number, header, blob in self.unread
+            if number > read
+        ]
+        kept = []
+        for job_id, client in list(self.jobs.items()):
+            job = engine_jobs.get(job_id)
+            if job is not None and not job.state.terminal and client in (job.subscribers or ()):
+                kept.append(job_id)
+            else:
+                del self.jobs[job_id]
+        return {"f": frames, "k": kept}
 
 
 class PeerClient:
@@ -380,18 +546,26 @@ class PeerClient:
         self.link.send({"o": "got", "j": self.job_id})
 
     def link_broken(self) -> bool:
-        return self.link.writer.is_closing()
+        """The link broke and its node has not settled it: that node will take the job back
+        unless this node answers that it keeps it (let go of it now, and it is not kept)."""
+        return self.link.writer.is_closing() and not self.link.settled
+
+    def settled(self) -> bool:
+        """Its node was told whether the job stays here: it must, if it is here."""
+        return self.link.settled
 
     def refuse(self, job: Job) -> None:
         """Send the job back to its node, which queues it again: no worker here is free for
         it after all (passing it on through the shared queue would leave its row there
         should the link break, and its node queue it again too)."""
+        self.link.jobs.pop(self.job_id, None)
         free = free_workers(self.functions, job.function)
         self.link.send({"o": "no", "j": self.job_id, "n": free})
 
     def _broken(self) -> Any:
-        """The notifying subscriber to use instead of the link, once the link is broken."""
-        if not self.link_broken():
+        """The notifying subscriber to use instead of the link, once the link is settled
+        (before, what would go on a broken link is kept for its settling)."""
+        if not self.link.settled:
             return None
         if self._fallback is None:
             self._fallback = self.cluster.client_of(self.link.node, self.job_id)
@@ -412,6 +586,7 @@ class PeerClient:
     def job_finished(
         self, job: Job, state: JobState, result: bytes | None, error: bytes | None
     ) -> None:
+        self.link.jobs.pop(self.job_id, None)
         if (fallback := self._broken()) is not None:
             fallback.job_finished(job, state, result, error)
             return
@@ -439,6 +614,11 @@ class PeerLinks:
         self.address: str | None = None
         self.outbound: dict[int, Outbound] = {}
         self.inbound: set[Inbound] = set()
+        #: Other nodes' links to this one, open or broken and not settled, by their id.
+        self.links_in: dict[str, Inbound] = {}
+        #: Asks other nodes to settle broken links (`jobwire.store.pgremote.RemoteJobs`).
+        self.remote: RemoteJobs | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
         self.handed = 0  # jobs handed to other nodes, for tests and metrics
         self.taken = 0  # jobs other nodes handed here
         self._server: asyncio.base_events.Server | None = None
@@ -504,6 +684,27 @@ class PeerLinks:
             if link.task is not None:
                 link.task.cancel()
             link.give_back()  # its lease ran out: what it acknowledged comes back
+        for link_id, inbound in list(self.links_in.items()):
+            if inbound.writer.is_closing() and (inbound.settled or inbound.node not in live):
+                del self.links_in[link_id]  # settled, or its node went: nobody will ask
+                inbound.settled = True  # news of its jobs by notification, if any is left
+
+    def hold_news(self, job_id: str, message: dict[str, Any]) -> bool:
+        return any(link.hold_news(job_id, message) for link in self.outbound.values())
+
+    async def settle(self, _operation: str, link_id: str, asked: dict[str, Any]) -> HolderAnswer:
+        """Another node lost its link to this one (`SETTLE`): what it missed, what stays here."""
+        link = self.links_in.get(link_id)
+        if link is None:  # never seen, or settled and forgotten: nothing of it is here
+            return HolderAnswer(200, b'{"f":[],"k":[]}', {})
+        answer = link.settle(int(asked.get("read") or 0), self.cluster.engine.jobs)
+        log.info(
+            "cluster: node %d settled its link here: %d frame(s) it missed, %d job(s) stay",
+            link.node,
+            len(answer["f"]),
+            len(answer["k"]),
+        )
+        return HolderAnswer(200, orjson.dumps(answer), {})
 
     async def close(self) -> None:
         self.closing = True
@@ -511,6 +712,8 @@ class PeerLinks:
             self._server.close()
         for link in self.inbound:
             link.writer.close()
+        for task in self.tasks:
+            task.cancel()
         tasks = [
             task
             for link in self.outbound.values()
@@ -561,7 +764,10 @@ class PeerLinks:
     def acknowledged(self) -> int:
         """Jobs of this node's clients that other nodes acknowledged and have not ended."""
         return sum(
-            len(link.acked) + len(link.detached) + len(link.detached_rows)
+            len(link.carried.acked)
+            + sum(len(carried.acked) for carried in link.settling)
+            + len(link.detached)
+            + len(link.detached_rows)
             for link in self.outbound.values()
         )
 
@@ -594,12 +800,17 @@ class PeerLinks:
                 log.warning("cluster: refused a peer link from %s: wrong answer", peer)
                 return
             proof = answer(self.secret, b"listener", bytes.fromhex(theirs), binding)
-            link = Inbound(writer, node)
-            link.send({"o": "ok", "mac": proof})
+            writer.write(encode({"o": "ok", "mac": proof}))
+            link = Inbound(writer, node, theirs)
             self.inbound.add(link)
+            self.links_in[theirs] = link
             self._tell_free(link, self.cluster.engine.functions)
+            link.send({"o": "ready"})
             while True:
                 header, blob = await read_frame(reader, FRAME_MAX)
+                if link.settled:
+                    break  # its node settled it: what comes after was never handed here
+                link.read_up_to(header.get("k", 0))
                 kind = header.get("o")
                 if kind == "run":
                     self._run(link, header, blob)
@@ -620,13 +831,14 @@ class PeerLinks:
         if self.cluster.closed or engine.jobs.get(job_id) is not None:
             self._refuse(link, job_id, header)
             return
+        client = PeerClient(link, job_id, self.cluster)
         try:
             engine.submit(
                 str(header["f"]),
                 payload,
                 priority=int(header["p"]),
                 background=False,
-                subscriber=PeerClient(link, job_id, self.cluster),
+                subscriber=client,
                 queue=header.get("q"),
                 job_id=job_id,
                 origin=int(header.get("g") or 0),
@@ -635,6 +847,7 @@ class PeerLinks:
             log.debug("cluster: refused job %s from node %d: %s", job_id, link.node, exc)
             self._refuse(link, job_id, header)
             return
+        link.jobs[job_id] = client
         self.taken += 1
 
     def _take_row(self, link: Inbound, header: dict[str, Any], payload: bytes) -> None:
@@ -661,6 +874,7 @@ class PeerLinks:
         if not self.cluster.load_from_link(row, subscriber):
             self._refuse(link, job_id, header)
             return
+        link.jobs[job_id] = subscriber
         subscriber.acknowledge()  # a row is this node's: never refused once loaded
         self.taken += 1
 

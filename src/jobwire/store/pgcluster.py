@@ -479,12 +479,15 @@ class ClusterNode:
                     payload = str(rows[0][0])
                 message = json.loads(payload)
                 if self.on_message is None or not self.on_message(message):
-                    self._deliver(message)
+                    self.deliver(message)
             except Exception:
                 log.exception("cluster: a message about a foreground job was lost")
 
-    def _deliver(self, message: dict[str, Any]) -> None:
+    def deliver(self, message: dict[str, Any]) -> None:
+        """News of a job whose clients wait here, from the node that runs it."""
         job_id, kind = message["j"], message["e"]
+        if self.links is not None and self.links.hold_news(job_id, message):
+            return  # a job of a broken link being settled: after the frames its link missed
         if kind == "p":
             self.tell_progress(job_id, message["d"], message["t"])
         elif kind == "o":
@@ -564,7 +567,7 @@ class ClusterNode:
     async def find_job(self, job_id: str) -> Job | None:
         if self.links is not None:  # handed to another node: no row anywhere
             for link in self.links.outbound.values():
-                handed = link.handed.get(job_id)
+                handed = link.find(job_id)
                 if handed is not None:
                     return handed
         rows = await self._reads.fetch(FIND_SQL, (job_id, self.node))
@@ -805,6 +808,8 @@ class ClusterNode:
         links = self.links
         handed_here = None if job.background else _handed_here(job)  # links carry fg jobs
         if handed_here is not None:  # another node's job: it stays, or goes back to its node
+            if handed_here.settled():
+                return False  # its node was told it stays here (its link broke)
             broken = handed_here.link_broken()  # its node takes it back: it must not stay
             if (broken or (self.peers and not self.keeps(job))) and self.engine.release(job):
                 if not broken:

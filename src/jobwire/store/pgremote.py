@@ -38,6 +38,7 @@ import psycopg
 from jobwire.engine.job import Job
 from jobwire.ports import StoredJob
 from jobwire.ports.cluster import Executor, HolderAnswer, HolderUnavailable
+from jobwire.store.peerlink import SETTLE
 from jobwire.store.pgcluster import (
     NOTIFY_MAX,
     NOTIFY_SQL,
@@ -120,6 +121,9 @@ class RemoteJobs:
         cluster.store.on_abandon.append(self.close)
         #: Clients here of jobs whose unique key another node's job holds.
         self.follows = KeyFollows(cluster, self)
+        if cluster.links is not None:  # broken peer links are settled by asking
+            cluster.links.remote = self
+            self.serve_own(SETTLE, cluster.links.settle)
 
     def serve(self, executor: Executor) -> None:
         self._executor = executor
