@@ -203,6 +203,33 @@ def test_an_ack_after_the_holder_was_killed_gets_a_clear_answer_and_the_job_runs
     assert "running ack" not in survivor_node.log()
 
 
+def test_a_pending_job_is_activated_on_any_node_even_once_its_node_died(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """A job pushed pending waits for its activation, which no claim gives it. Activated on
+    the other node, it is activated where it is kept; once that node died (its row then
+    nobody's, still pending), the node that is asked to activate it takes it first."""
+    (_, doomed), survivor, keeper = runners(nodes, schema, "--node-lease", "2")
+    staged = push(keeper, "staged", pending=True)
+    assert state(survivor, staged) == "pending"
+    activated = survivor.request("POST", f"/ojs/v1/jobs/{staged}/activate")
+    assert (activated.status, activated.body["job"]["state"]) == (200, "available")
+    ran = wait_until(lambda: _fetch_any(survivor, "staged"), "the activated job", 60)
+    assert ran["id"] == staged
+    orphan = push(keeper, "staged", pending=True)
+    os.kill(doomed.proc.pid, signal.SIGKILL)
+    doomed.proc.wait()
+
+    def activate() -> Response | None:
+        answer = survivor.request("POST", f"/ojs/v1/jobs/{orphan}/activate")
+        return answer if answer.status != 503 else None  # its node's lease still runs
+
+    activated = wait_until(activate, "the dead node's lease to run out", 60)
+    assert (activated.status, activated.body["job"]["state"]) == (200, "available")
+    again = wait_until(lambda: _fetch_any(survivor, "staged"), "the orphan activated", 60)
+    assert (again["id"], again["attempt"]) == (orphan, 1)
+
+
 def test_a_job_claimed_from_the_shared_queue_keeps_its_visibility_timeout(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:

@@ -75,6 +75,27 @@ def test_a_job_submitted_on_one_node_wakes_a_sleeping_worker_on_another(
     assert "claiming failed" not in second.log()
 
 
+def test_a_scheduled_job_that_comes_due_where_no_worker_is_free_goes_to_one_that_waits(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """The node a scheduled job was submitted to keeps it until it is due, then offers it
+    to the shared queue when none of its workers is free: the other node's sleeping worker
+    is woken by the notification. Before, the job stayed queued on its node until the
+    other node asked again (the poll, 60 s here) while that worker slept."""
+    first, second = start_cluster(nodes, schema)
+    with sleeping_worker(second, "timed") as worker, GearmanSocket(first) as client:
+        due = str(int(time.time()) + 2)
+        handle = (
+            client.request(Cmd.SUBMIT_JOB_EPOCH, "timed", "", due, "later", reply=Cmd.JOB_CREATED)
+            .args[0]
+            .decode()
+        )
+        assert wake_and_grab(worker) == (handle, b"later")
+        assert time.time() >= int(due)  # not before it was due
+        worker.send(Cmd.WORK_COMPLETE, handle, "done")
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "gone")
+
+
 def test_one_fetch_on_a_node_gets_a_job_pushed_on_another(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:

@@ -481,6 +481,8 @@ class Engine:
             fn.scheduled -= 1
             job.run_at = None
             self._make_available(job, fn)
+            if self.observers:  # not an event of the log: it says nothing a client asked
+                self._tell_observers(self.observers, "job.due", job)
 
     def _notify(self, fn: FunctionInfo, job: Job) -> None:
         """Tell waiting workers about a job that became available: wake or push."""

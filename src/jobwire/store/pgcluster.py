@@ -943,13 +943,17 @@ class ClusterNode:
         (one with a unique key is always offered, so that the index holds its key).
         A job queued again here (its worker's lease ran out, or it failed and retries at
         once) goes to the shared queue unless a worker here is free for it: the worker or
-        fetcher this node gave it to let it go, and another node's may be waiting. A job
+        fetcher this node gave it to let it go, and another node's may be waiting. So does
+        a scheduled job that comes due, unless its queue was also fetched here lately. A job
         that ends tells the peer links that its function's workers may be free."""
         if event == "job.enqueued" and not job.background and job.subscribers:
             self.store.job_saved(job)
         elif event == "job.retrying" and job.state is JobState.AVAILABLE and _movable(job):
             assert self._loop is not None
             self._loop.call_soon(self._share_requeued, job)  # once the requeue is over
+        elif event == "job.due" and job.state is JobState.AVAILABLE and _movable(job):
+            assert self._loop is not None
+            self._loop.call_soon(self._share_due, job)
         elif job.state.terminal and self.links is not None:
             # Its worker may be free again without asking for work (one that runs several
             # jobs at once asked while it ran this one): the other nodes hear of it.
@@ -959,6 +963,16 @@ class ClusterNode:
         fn = self.engine.functions.get(job.function)
         if fn is not None and len(fn.workers) - fn.running >= fn.available:
             return  # a worker here takes it
+        self._give_one(job)
+
+    def _share_due(self, job: Job) -> None:
+        """A scheduled job (or a retry's delay) came due: it goes to the shared queue unless
+        a worker here is free for it or its queue was fetched here lately, so that a worker
+        waiting on another node is woken now, not when that node next asks."""
+        if job.state is JobState.AVAILABLE and not self.keeps(job):
+            self._give_one(job)
+
+    def _give_one(self, job: Job) -> None:
         if self.peers and self.store.givable(job) and self.engine.release(job):
             _keep_error(job)  # written with the row, for the node that runs it next
             self.store.give_away(job)
