@@ -31,6 +31,7 @@ class LinkProxy:
         self.dropped: list[dict[str, Any]] = []
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
+        self._closed = False
         self._server = socket.create_server(("127.0.0.1", 0))
         self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
         threading.Thread(target=self._accept, daemon=True).start()
@@ -40,6 +41,9 @@ class LinkProxy:
             try:
                 dialer, _ = self._server.accept()
             except OSError:
+                return
+            if self._closed:  # accepted as it closed: refused all the same
+                dialer.close()
                 return
             listener = socket.create_connection(self.target)
             with self._lock:
@@ -88,6 +92,10 @@ class LinkProxy:
             sock.close()
 
     def close(self) -> None:
+        """Cut the link, and refuse every dial from now on."""
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
         self._server.close()
         self.cut()
 

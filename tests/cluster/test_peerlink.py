@@ -392,3 +392,40 @@ def test_the_end_of_a_job_lost_with_its_link_reaches_the_client(
         finally:
             proxy.close()
     assert "settled: 0 foreground job(s) stay there while it lives, 0 queued again" in (first.log())
+
+
+def test_a_kept_job_stays_while_its_node_answers_though_its_lock_looked_free(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """The link broke and the worker's node kept the job; then that node's session holding
+    its lock is killed, as a PostgreSQL restart would (the lock is free until its next
+    heartbeat, 40 s away with a lease of 120 s). The client's node finds the lock free,
+    pings the node, which answers: the job stays. On the lock alone it would come back and
+    run twice."""
+    second = start_node(nodes, schema, "--node-lease", "120", http=True)
+    with sleeping_worker(second, "kept") as worker:
+        first, proxy = _through_proxy(schema, nodes, second, lambda _header: False)
+        try:
+            wait_linked(first, second)
+            with GearmanSocket(first) as client:
+                handle = client.submit_fg("kept", "once")
+                assert wake_and_grab(worker) == (handle, b"once")
+                wait_until(lambda: counters(first)["jobs_acknowledged"] == 1 or None, "the ack")
+                proxy.close()  # cut, and the dials that follow are refused
+                settled = "settled: 1 foreground job(s) stay there while it lives, 0 queued"
+                wait_until(lambda: settled in first.log() or None, "the link settled")
+                (killed,) = schema.rows(
+                    "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l"
+                    " JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory'"
+                    f" AND l.objid = {node_id(second)} AND a.usename = '{schema.role}'"
+                )[0]
+                assert killed == 1
+                answers = f"node {node_id(second)} answers though no session holds its lock"
+                wait_until(lambda: answers in first.log() or None, "the ping answered")
+                with sleeping_worker(first, "kept") as spare:  # would get it, given back
+                    worker.send(Cmd.WORK_COMPLETE, handle, "done there")
+                    assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"done there")
+                    assert spare.grab().type == Cmd.NO_JOB
+        finally:
+            proxy.close()
+    assert "gone with" not in first.log()

@@ -39,9 +39,9 @@ comes back over the same link.
   then on (`jobwire.store.pgcluster.RemoteClient`), as for a foreground job claimed from the
   shared queue. Before the answer, the other node sends nothing by notification (a frame
   would come twice) and lets go of a job that came by the link in the same turn (the
-  answer then does not name it). Only when the other node is found gone (its lock free, or
-  its lease run out) before it answers are all the link's jobs given back, as are kept
-  ones later should that node go.
+  answer then does not name it). Only when the other node is found gone before it answers
+  (its lock free or its lease run out, and silent for an ask) are all the link's jobs
+  given back, as are kept ones later should that node go.
 
 Frames: a 4-byte length, a 4-byte header length, the header (JSON), then the job's payload
 or result, raw. Written by hand: a dozen lines over asyncio streams, where a messaging
@@ -67,7 +67,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from jobwire.engine.job import Job, JobState, Output
-from jobwire.ports.cluster import HolderAnswer
+from jobwire.ports.cluster import HolderAnswer, HolderUnavailable
 
 if TYPE_CHECKING:
     from jobwire.engine.lanes import FunctionInfo
@@ -97,6 +97,8 @@ GONE_CHECK = 0.5
 CLOSE_WAIT = 3.0
 #: The operation that settles a broken link (`PeerLinks.settle`).
 SETTLE = "link.settle"
+#: The operation that asks whether a node lives (`PeerLinks.pong`).
+PING = "link.ping"
 #: Frames a dialer reads before it tells the other node so, when it has nothing to send.
 READ_REPORT = 64
 #: Frames not kept for a link's settling: counts of free workers are stale by then.
@@ -322,16 +324,19 @@ class Outbound:
 
     async def _settle(self, carried: Carried) -> None:
         """Ask the other node which of the broken connection's jobs it keeps, and what it sent
-        that this node did not read; give everything back if it is found gone first."""
+        that this node did not read; give everything back if it is found gone first: silent
+        for a whole ask while no session held its lock (or its lease ran out). The lock
+        alone is not enough: after PostgreSQL restarted, a live node's is free until its next
+        heartbeat, and that node answers."""
         remote = self.links.remote
         assert remote is not None
-        cluster = self.links.cluster
         loop = asyncio.get_running_loop()
         asking: asyncio.Task[HolderAnswer | None] | None = None
-        warned = False
+        lock_free = False  # seen since the ask in flight was sent
         try:
             while True:
                 if asking is None:
+                    lock_free = False
                     arguments = {"read": carried.read}
                     asking = loop.create_task(
                         remote.ask([self.node], SETTLE, carried.link_id, arguments)
@@ -344,23 +349,36 @@ class Outbound:
                     if answer is not None:
                         self._answered(carried, orjson.loads(answer.body))
                         return
-                try:
-                    gone = await cluster.node_gone(self.node)
-                except Exception as exc:
-                    gone = False
-                    if not warned:
-                        warned = True
-                        log.warning(
-                            "cluster: cannot settle the link to node %d yet: %s", self.node, exc
-                        )
-                if gone:
-                    self._settled(carried, set())
-                    return
+                    if lock_free:
+                        self._settled(carried, set())
+                        return
+                    await asyncio.sleep(GONE_CHECK)  # the database may be away: not at once
+                    continue
+                lock_free = lock_free or await self._lock_free()
         finally:
             if asking is not None:
                 asking.cancel()
             if carried in self.settling:
                 self.settling.remove(carried)
+
+    async def _lock_free(self) -> bool:
+        """Whether no session holds the other node's lock, or its lease ran out (False when
+        the database cannot tell)."""
+        try:
+            return await self.links.cluster.node_gone(self.node)
+        except Exception as exc:
+            log.debug("cluster: cannot tell whether node %d lives: %s", self.node, exc)
+            return False
+
+    async def _silent(self) -> bool:
+        """Whether the other node does not answer a ping within the time of an ask."""
+        remote = self.links.remote
+        if remote is None:
+            return True
+        try:
+            return await remote.ask([self.node], PING, "", {}) is None
+        except HolderUnavailable:
+            return True
 
     def _answered(self, carried: Carried, answer: dict[str, Any]) -> None:
         """The other node's answer: the frames this node missed, heard now, then its jobs."""
@@ -417,17 +435,24 @@ class Outbound:
         return self.detached.get(job_id)
 
     async def _watch(self) -> None:
-        """While acknowledged jobs of a broken link wait: give them back if the other node is
-        found gone while the link is down; stop once they all ended."""
-        cluster = self.links.cluster
+        """While kept jobs of a broken link wait: give them back if the other node is found
+        gone while the link is down (no session holds its lock, or its lease ran out, and it
+        does not answer a ping); stop once they all ended."""
+        told = False
         try:
             while self._waiting():
-                if self.writer is None and await cluster.node_gone(self.node):
-                    self.give_back()
-                    return
+                if self.writer is None and await self._lock_free():
+                    if await self._silent():
+                        self.give_back()
+                        return
+                    if not told:
+                        told = True
+                        log.info(
+                            "cluster: node %d answers though no session holds its lock: the"
+                            " jobs it keeps stay there",
+                            self.node,
+                        )
                 await asyncio.sleep(GONE_CHECK)
-        except Exception as exc:
-            log.warning("cluster: could not tell whether node %d lives: %s", self.node, exc)
         finally:
             self._watching = None
 
@@ -691,6 +716,10 @@ class PeerLinks:
 
     def hold_news(self, job_id: str, message: dict[str, Any]) -> bool:
         return any(link.hold_news(job_id, message) for link in self.outbound.values())
+
+    async def pong(self, _operation: str, _key: str, _asked: dict[str, Any]) -> HolderAnswer:
+        """`PING`: this node lives (its lock may look free after PostgreSQL restarted)."""
+        return HolderAnswer(200, b"{}", {})
 
     async def settle(self, _operation: str, link_id: str, asked: dict[str, Any]) -> HolderAnswer:
         """Another node lost its link to this one (`SETTLE`): what it missed, what stays here."""

@@ -38,7 +38,7 @@ import psycopg
 from jobwire.engine.job import Job
 from jobwire.ports import StoredJob
 from jobwire.ports.cluster import Executor, HolderAnswer, HolderUnavailable
-from jobwire.store.peerlink import SETTLE
+from jobwire.store.peerlink import PING, SETTLE
 from jobwire.store.pgcluster import (
     NOTIFY_MAX,
     NOTIFY_SQL,
@@ -124,6 +124,7 @@ class RemoteJobs:
         if cluster.links is not None:  # broken peer links are settled by asking
             cluster.links.remote = self
             self.serve_own(SETTLE, cluster.links.settle)
+            self.serve_own(PING, cluster.links.pong)
 
     def serve(self, executor: Executor) -> None:
         self._executor = executor
