@@ -19,6 +19,7 @@ from jobwire.store.peerlink import (
     FRAME_MAX,
     GREETING,
     SILENT_LINK,
+    Carried,
     Inbound,
     Outbound,
     _tune,
@@ -198,3 +199,45 @@ def test_a_link_keeps_what_its_dialer_did_not_read_and_settles_once() -> None:
     }
     link.send({"o": "f", "j": "b", "s": 4}, b"later")  # by notification once settled
     assert link.sent == 4 and len(link.unread) == 2
+
+
+def test_a_settling_hears_the_frames_it_missed_before_the_news_that_came_meanwhile() -> None:
+    """The other node's answer carries what it sent on the link before it stopped; news by
+    notification of the same jobs, which came after, waits for it. Jobs it does not keep
+    come back; kept ones stay detached, their news heard at once from then on."""
+    heard: list[tuple[Any, ...]] = []
+    cluster = SimpleNamespace(
+        tell_progress=lambda job_id, done, total: heard.append(("p", job_id)),
+        tell_output=lambda job_id, kind, data: heard.append(("o", job_id, data)),
+        tell_finished=lambda job_id, state, result, error: heard.append(("f", job_id, result)),
+        deliver=lambda message: heard.append(("news", message["j"], message["e"])),
+        take_back=lambda job: heard.append(("back", job.id)),
+        waits={"a": ["client"]},
+    )
+    links = SimpleNamespace(cluster=cluster, remote=None, closing=False)
+
+    async def main() -> None:
+        link = Outbound(links, 2, "127.0.0.1:1")  # type: ignore[arg-type]
+        carried = Carried("ab" * CHALLENGE_BYTES)
+        jobs = {name: SimpleNamespace(id=name, function="fn") for name in "abc"}
+        carried.handed = jobs  # type: ignore[assignment]
+        link.settling.append(carried)
+        assert link.hold_news("a", {"j": "a", "e": "f"})  # before the answer: held
+        assert not link.hold_news("z", {"j": "z", "e": "f"})  # not of this link
+        missed = [
+            ({"o": "o", "j": "a", "k": 1}, base64.b64encode(b"part").decode()),
+            ({"o": "f", "j": "c", "s": 4, "n": 0, "r": True}, base64.b64encode(b"done").decode()),
+        ]
+        link._answered(carried, {"f": missed, "k": ["a"]})
+        assert heard == [
+            ("o", "a", b"part"),
+            ("f", "c", b"done"),
+            ("news", "a", "f"),
+            ("back", "b"),
+        ]
+        assert link.detached == {"a": jobs["a"]} and link.settling == []
+        assert not link.hold_news("a", {"j": "a", "e": "p"})  # settled: heard at once
+        assert link._watching is not None
+        link._watching.cancel()
+
+    asyncio.run(main())

@@ -101,6 +101,8 @@ SETTLE = "link.settle"
 PING = "link.ping"
 #: Frames a dialer reads before it tells the other node so, when it has nothing to send.
 READ_REPORT = 64
+#: A frame this large (a result) is reported read at once.
+REPORT_BYTES = 65536
 #: Frames not kept for a link's settling: counts of free workers are stale by then.
 _UNKEPT = frozenset({"free", "ready"})
 
@@ -230,7 +232,9 @@ class Outbound:
                 header, blob = await read_frame(reader, FRAME_MAX)
                 carried.read += 1
                 self._heard(header, blob, carried)
-                if carried.read - reported >= READ_REPORT:  # the other node may forget them
+                # The other node keeps what it sent until told it was read: say so often, and
+                # at once after a large result.
+                if carried.read - reported >= READ_REPORT or len(blob) >= REPORT_BYTES:
                     reported = carried.read
                     writer.write(encode({"o": "read", "k": reported}))
         finally:
@@ -414,6 +418,8 @@ class Outbound:
             cluster.free_rows(self.node, freed)
         self.detached.update(stay)
         self.detached_rows.update(rows)
+        if self.links.closing:
+            return  # this node stops: nobody waits for them any more
         if (self.detached or self.detached_rows) and self._watching is None:
             self._watching = asyncio.get_running_loop().create_task(self._watch())
 
@@ -440,7 +446,7 @@ class Outbound:
         does not answer a ping); stop once they all ended."""
         told = False
         try:
-            while self._waiting():
+            while not self.links.closing and self._waiting():
                 if self.writer is None and await self._lock_free():
                     if await self._silent():
                         self.give_back()
