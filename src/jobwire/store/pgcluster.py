@@ -944,7 +944,7 @@ class ClusterNode:
         A job queued again here (its worker's lease ran out, or it failed and retries at
         once) goes to the shared queue unless a worker here is free for it: the worker or
         fetcher this node gave it to let it go, and another node's may be waiting. So does
-        a scheduled job that comes due, unless its queue was also fetched here lately. A job
+        a scheduled job that comes due, if a linked node has a worker free for it. A job
         that ends tells the peer links that its function's workers may be free."""
         if event == "job.enqueued" and not job.background and job.subscribers:
             self.store.job_saved(job)
@@ -966,10 +966,17 @@ class ClusterNode:
         self._give_one(job)
 
     def _share_due(self, job: Job) -> None:
-        """A scheduled job (or a retry's delay) came due: it goes to the shared queue unless
-        a worker here is free for it or its queue was fetched here lately, so that a worker
-        waiting on another node is woken now, not when that node next asks."""
-        if job.state is JobState.AVAILABLE and not self.keeps(job):
+        """A scheduled job (or a retry's delay) came due: when no worker here is free for it
+        and no fetch asked for its queue here lately, but a linked node has a worker free for
+        it (its link says so), it goes to the shared queue, so that worker is woken now, not
+        when its node next asks. Otherwise it waits here: the next fetch may well come here
+        (given away, another node's fetchers of its queue would keep it)."""
+        if (
+            job.state is JobState.AVAILABLE
+            and self.links is not None
+            and not self.keeps(job)
+            and self.links.can_hand_over(job.function)
+        ):
             self._give_one(job)
 
     def _give_one(self, job: Job) -> None:
