@@ -27,6 +27,10 @@ from jobwire.server.zmq.wmp import WmpManager
 log = logging.getLogger("jobwire.zmq")
 
 
+#: Milliseconds a stopping server's sockets may take to send what is still queued.
+CLOSE_LINGER_MS = 1000
+
+
 @dataclass(slots=True)
 class ZmqOptions:
     #: tcp://ADDRESS:PORT of the Majordomo ROUTER; None: no ZeroMQ listener.
@@ -232,7 +236,9 @@ class ZmqServer:
                 sock.close()
         if self._authenticator is not None:
             self._authenticator.stop()
-        self.context.term()
+        # Closes any socket left open too (one a failed start made before its bind failed),
+        # which would make `term` wait forever; what is still unsent gets a moment to go.
+        self.context.destroy(linger=CLOSE_LINGER_MS)
 
 
 def wmp_identity(options: ZmqOptions) -> str:
