@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -325,3 +326,64 @@ def test_a_job_id_the_client_chose_is_refused_on_every_node_while_a_job_has_it(
     assert error_of(finished)[:2] == (409, "duplicate"), finished.raw
     fresh = {**body, "id": "019539a4-aaaa-7000-8000-222222222222"}
     assert second.request("POST", "/ojs/v1/jobs", fresh).status == 201
+
+
+def test_a_job_id_pushed_on_two_nodes_at_once_makes_one_job(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """A client that timed out pushes again through the other node: whichever push comes
+    second, even in the same moment, is refused (the ids' locks, store/pgids.py)."""
+    _, first, second = runners(nodes, schema)
+    ids = [f"019539a4-bbbb-7000-8000-{n:012d}" for n in range(24)]
+
+    def push_on(node: Runner, job_id: str) -> int:
+        body = {"type": "t", "args": [job_id], "id": job_id, "options": {"queue": "twice"}}
+        return node.request("POST", "/ojs/v1/jobs", body).status
+
+    with ThreadPoolExecutor(max_workers=len(ids) * 2) as pool:
+        answers = {
+            job_id: [pool.submit(push_on, node, job_id) for node in (first, second)]
+            for job_id in ids
+        }
+        statuses = {
+            job_id: sorted(f.result() for f in futures) for job_id, futures in answers.items()
+        }
+    assert all(got == [201, 409] for got in statuses.values()), statuses
+    seen: list[str] = []
+    while len(seen) < len(ids):
+        fetched = first.request(
+            "POST", "/ojs/v1/workers/fetch", {"queues": ["twice"], "worker_id": "w", "count": 10}
+        )
+        assert fetched.status == 200 and fetched.body["jobs"], (seen, fetched.raw)
+        seen += [job["id"] for job in fetched.body["jobs"]]
+    assert sorted(seen) == ids
+    assert (
+        second.request(
+            "POST", "/ojs/v1/workers/fetch", {"queues": ["twice"], "worker_id": "w"}
+        ).body["jobs"]
+        == []
+    )
+
+
+def test_two_batches_with_the_same_ids_on_two_nodes_at_once_make_one_set_of_jobs(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    _, first, second = runners(nodes, schema)
+    rounds = 6
+    for n in range(rounds):
+        ids = [f"019539a4-cccc-7000-8000-{n:06d}{k:06d}" for k in range(8)]
+        jobs = [{"type": "t", "args": [i], "id": i, "options": {"queue": "batches"}} for i in ids]
+        batches = ({"jobs": jobs}, {"jobs": jobs[::-1]})  # the locks are taken in one order
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = [
+                pool.submit(node.request, "POST", "/ojs/v1/jobs/batch", batch)
+                for node, batch in zip((first, second), batches, strict=True)
+            ]
+            replies = [f.result() for f in futures]
+        assert sorted(r.status for r in replies) == [201, 409], [r.raw for r in replies]
+        refused = next(r for r in replies if r.status == 409)
+        assert refused.body["error"]["code"] == "duplicate", refused.raw
+        assert "no job of the batch was created" in refused.body["error"]["message"]
+    counts = first.request("GET", "/ojs/v1/queues/batches/stats")
+    assert counts.status == 200, counts.raw
+    assert counts.body["queue"]["total"] == rounds * 8, counts.raw

@@ -10,6 +10,7 @@ to that node through `RemoteJobs`.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,6 +25,10 @@ Counts = dict[tuple[str, str], tuple[int, int]]
 class ClusterView(Protocol):
     async def find_job(self, job_id: str) -> Job | None:
         """A copy of the job with this id held by another node or by none (not finished)."""
+
+    def hold_ids(self, ids: list[str]) -> AbstractAsyncContextManager[set[str]]:
+        """Hold these job ids, chosen by a client, in the whole cluster until the block
+        ends (a push of one of them on any node waits): yields those a job's row has."""
 
     async def key_holders(self, keys: list[str]) -> dict[str, str]:
         """Of these unique keys (`jobwire.store.sharedkeys.shared_key`), those a job on

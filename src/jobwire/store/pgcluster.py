@@ -44,6 +44,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -54,6 +55,7 @@ from jobwire.ports import StoredJob, decode_ext
 from jobwire.ports.cluster import Counts
 from jobwire.store.frames import full_row
 from jobwire.store.peerlink import PeerClient, PeerLinks
+from jobwire.store.pgids import ChosenIds
 from jobwire.store.pgshared import SharedState
 from jobwire.store.postgres import (
     _NODE_LOCK,
@@ -295,6 +297,7 @@ class ClusterNode:
         self._beat = Connection(store.dsn)
         self._claims = Connection(store.dsn)
         self._reads = Connection(store.dsn)  # status queries
+        self._chosen_ids = ChosenIds(store.dsn)
         self._listen: psycopg.AsyncConnection[Any] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._beat_now = asyncio.Event()
@@ -391,6 +394,7 @@ class ClusterNode:
         self._beat.drop()
         self._claims.drop()
         self._reads.drop()
+        self._chosen_ids.close()
         self._relay.drop()
         listen, self._listen = self._listen, None
         if listen is not None:
@@ -572,6 +576,9 @@ class ClusterNode:
                     return handed
         rows = await self._reads.fetch(FIND_SQL, (job_id, self.node))
         return detached_job(StoredJob(*rows[0])) if rows else None
+
+    def hold_ids(self, ids: list[str]) -> AbstractAsyncContextManager[set[str]]:
+        return self._chosen_ids.held(ids)
 
     async def key_holders(self, keys: list[str]) -> dict[str, str]:
         rows = await self._reads.fetch(KEY_HOLDERS_SQL, (keys, self.node))

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from jobwire.engine.errors import IllegalTransition
+from jobwire.engine.errors import IllegalTransition, StoreUnavailable
 from jobwire.engine.job import JobState
+from jobwire.ports.cluster import HolderUnavailable
 from jobwire.protocols.ojs.envelope import PushRequest, parse_plain_push, parse_push
 from jobwire.protocols.ojs.errors import OJSError, invalid
 from jobwire.protocols.ojs.limits import MAX_BATCH
@@ -56,8 +58,50 @@ class JobRoutes:
         req = parse_plain_push(raw) if plain_json(raw) else None
         if req is None:
             req = parse_push(decode_json(raw))
-        if req.id is not None and self.service.runtime.remote is not None:
-            await self._check_id_elsewhere(req.id)
+        if req.id is None or self.service.runtime.cluster is None:
+            return await self._push(req)
+        job_id = req.id
+
+        async def push_new(taken: set[str]) -> web.Response:
+            if taken:
+                raise OJSError("duplicate", f"a job with id {job_id} already exists")
+            await self._check_id_elsewhere(job_id)
+            return await self._push(req)
+
+        return await self._with_ids([job_id], push_new)
+
+    async def _with_ids(
+        self, ids: list[str], push: Callable[[set[str]], Awaitable[web.Response]]
+    ) -> web.Response:
+        """`push` with client-chosen `ids` held in the whole cluster until it is committed
+        (`ClusterView.hold_ids`); it is given those a job has already (its row, or this
+        engine's job that ended)."""
+        cluster = self.service.runtime.cluster
+        assert cluster is not None
+        try:
+            async with cluster.hold_ids(ids) as taken:
+                jobs = self.service.engine.jobs
+                return await self._committed(
+                    await push(taken | {job_id for job_id in ids if job_id in jobs})
+                )
+        except HolderUnavailable as exc:
+            raise OJSError(
+                "backend_error", str(exc), status=503, retryable=True, headers={"Retry-After": "1"}
+            ) from None
+
+    async def _committed(self, response: web.Response) -> web.Response:
+        """`response` once what it acknowledges is committed: the ids' locks go only then,
+        so the next push of one finds the job's row."""
+        if response.status < 300 and self.service.runtime.durable_store:
+            try:
+                await self.service.runtime.durable()
+            except StoreUnavailable:
+                raise OJSError(
+                    "backend_error", "the store could not commit", status=503, retryable=True
+                ) from None
+        return response
+
+    async def _push(self, req: PushRequest) -> web.Response:
         job, created = self.service.submit(req)
         cluster = self.service.runtime.cluster
         replaced = 0
@@ -96,11 +140,8 @@ class JobRoutes:
         return reply({"job": job_json(job)}, 201, headers)
 
     async def _check_id_elsewhere(self, job_id: str) -> None:
-        """A job id the client chose must be new in the whole cluster, not only here (the
-        node that knows a job with it answers; a push on two nodes at once may still both
-        pass: the ids are not a unique index, see docs/scaling.md)."""
-        if job_id in self.service.engine.jobs:
-            return  # refused by `prepare`, as on one node
+        """A job id the client chose must be new in the whole cluster, not only here: a job
+        that ended on another node has no row, but that node still knows it (and answers)."""
         try:
             found = await self.service.operations.run_by_id("get", job_id, None, None)
         except OJSError as exc:
@@ -160,6 +201,24 @@ class JobRoutes:
                     details={"index": index, **(exc.details or {})},
                 ) from None
             plans.append(plan)
+        chosen = [plan.req.id for plan in plans if plan.req.id is not None]
+        if not chosen or self.service.runtime.cluster is None:
+            return await self._push_plans(plans)
+
+        async def push_new(taken: set[str]) -> web.Response:
+            for index, plan in enumerate(plans):
+                if plan.req.id in taken:
+                    raise OJSError(
+                        "duplicate",
+                        f"jobs[{index}]: a job with id {plan.req.id} already exists;"
+                        " no job of the batch was created",
+                        details={"index": index},
+                    )
+            return await self._push_plans(plans)
+
+        return await self._with_ids(chosen, push_new)
+
+    async def _push_plans(self, plans: list[Prepared]) -> web.Response:
         cluster = self.service.runtime.cluster
         shared = BatchKeys(self.service, cluster, plans) if cluster is not None else None
         if shared is not None:
