@@ -50,3 +50,35 @@ def test_every_node_lists_every_nodes_workers(schema: Schema, nodes: list[Server
         # ?protocol= filters every node's part.
         assert set(_workers(first, "?protocol=gearman")) == {gearman[0]["worker_id"]}
         assert set(_workers(second, "?protocol=ojs")) == {"w-both"}
+
+
+def test_the_admin_api_counts_and_lists_the_whole_cluster(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """`/ojs/v1/admin/stats`, `/queues` and `/workers` (what `jobwire top` shows) on either
+    node: every node's jobs and workers, and the rows in the shared queue."""
+    (_, two), first, second = runners(nodes, schema)
+    for _ in range(3):
+        push(first, "admin")  # no worker waits on either node: the shared queue
+    done = fetch(second, "admin")  # then held, and completed, on the second node
+    acked = second.request("POST", "/ojs/v1/workers/ack", {"job_id": done["id"], "worker_id": "w1"})
+    assert acked.status == 200, acked.raw
+    held = fetch(second, "admin", worker="w2")  # active on the second node
+    with register_worker(two, ["resize"]):
+        for node in (first, second):
+            stats = node.request("GET", "/ojs/v1/admin/stats")
+            assert stats.status == 200, stats.raw
+            jobs = stats.body["jobs"]
+            assert (jobs["available"], jobs["active"], jobs["completed"]) == (1, 1, 1), stats.raw
+            assert stats.body["throughput"]["processed_per_minute"] == 1, stats.raw
+            queues = node.request("GET", "/ojs/v1/admin/queues")
+            assert queues.status == 200, queues.raw
+            admin = next(q for q in queues.body["items"] if q["name"] == "admin")
+            assert (admin["counts"]["available"], admin["counts"]["active"]) == (1, 1), admin
+            listed = node.request("GET", "/ojs/v1/admin/workers")
+            assert listed.status == 200, listed.raw
+            by_protocol = listed.body["summary"]["by_protocol"]
+            assert by_protocol["gearman"] == 1, listed.raw  # the second node's connection
+            assert {"w1", "w2"} <= {w["worker_id"] for w in listed.body["items"]}, listed.raw
+            assert stats.body["workers"] >= 3, stats.raw
+    assert held["id"] != done["id"]

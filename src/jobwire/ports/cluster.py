@@ -41,6 +41,9 @@ class ClusterView(Protocol):
         """Jobs of `queue` that no live node holds (in the shared queue, or a dead node's not
         yet requeued), by state (a `JobState` value)."""
 
+    async def unheld_by_queue(self) -> dict[str, dict[int, int]]:
+        """`unheld_states` of every queue that has such jobs: queue -> state -> count."""
+
     async def gone_records(self, namespace: str) -> dict[int, dict[str, bytes]]:
         """The key-value records of `namespace` kept by nodes that are not alive (gone, or
         their lease ran out: the nodes no operation is sent to), by node."""

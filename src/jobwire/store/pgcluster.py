@@ -200,6 +200,13 @@ WHERE j.queue = %s AND (j.owner IS NULL OR n.id IS NULL OR n.lease_until < now()
 GROUP BY j.state
 """
 
+#: The same for every queue: (queue, state, count).
+UNHELD_ALL_SQL = """
+SELECT j.queue, j.state, count(*) FROM jobs j LEFT JOIN nodes n ON n.id = j.owner
+WHERE j.owner IS NULL OR n.id IS NULL OR n.lease_until < now()
+GROUP BY j.queue, j.state
+"""
+
 #: Whether a node is gone (the node twice): no live lease, or its lock free.
 NODE_GONE_SQL = f"""
 SELECT NOT EXISTS (SELECT 1 FROM nodes WHERE id = %s AND lease_until >= now())
@@ -599,6 +606,12 @@ class ClusterNode:
     async def unheld_states(self, queue: str) -> dict[int, int]:
         rows = await self._reads.fetch(UNHELD_SQL, (queue,))
         return {int(state): int(count) for state, count in rows}
+
+    async def unheld_by_queue(self) -> dict[str, dict[int, int]]:
+        counts: dict[str, dict[int, int]] = {}
+        for queue, state, count in await self._reads.fetch(UNHELD_ALL_SQL, ()):
+            counts.setdefault(str(queue), {})[int(state)] = int(count)
+        return counts
 
     def forget_interest(self) -> None:
         self._queues.clear()

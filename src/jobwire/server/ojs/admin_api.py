@@ -22,9 +22,10 @@ from jobwire.protocols.ojs.errors import OJSError, invalid
 from jobwire.protocols.ojs.messages import BulkRetry, QueueConfig, convert
 from jobwire.server.ojs.app import illegal
 from jobwire.server.ojs.http import BASE, query_int, read_object, reply
+from jobwire.server.ojs.operations import every_node
 from jobwire.server.ojs.queues import STATES
 from jobwire.server.ojs.render import job_json
-from jobwire.server.ojs.workers import worker_json
+from jobwire.server.ojs.workerlist import every_worker
 from jobwire.server.pauses import set_queue_paused
 
 if TYPE_CHECKING:
@@ -73,9 +74,11 @@ class AdminRoutes:
     def __init__(self, service: OJSService) -> None:
         self.service = service
         self.engine = service.engine
+        # On a cluster, each node counts its own jobs for the others.
+        service.operations.add("admin.counts", self._counts_for_another_node, every_node)
 
     def _counts(self) -> dict[str, Counter[str]]:
-        """Jobs by queue and state, and the dead-lettered ones by queue."""
+        """Jobs this node holds by queue and state, and the dead-lettered ones by queue."""
         by_queue: dict[str, Counter[str]] = {}
         for job in self.engine.jobs.values():
             counts = by_queue.setdefault(job.queue or "default", Counter())
@@ -84,27 +87,56 @@ class AdminRoutes:
             by_queue.setdefault(job.queue or "default", Counter())["dead_letter"] += 1
         return by_queue
 
-    async def stats(self, request: web.Request) -> Response:
-        totals: Counter[str] = Counter()
-        for counts in self._counts().values():
-            totals.update(counts)
+    def _finished_lately(self) -> Counter[str]:
+        """Jobs this node completed and discarded within the last minute."""
         now = self.engine.clock()
-        processed = failed = 0
+        finished: Counter[str] = Counter()
         for job in self.engine.jobs.values():
             if job.finished_at is not None and job.finished_at >= now - MINUTE:
                 if job.state is JobState.COMPLETED:
-                    processed += 1
+                    finished["processed"] += 1
                 elif job.state is JobState.DISCARDED:
-                    failed += 1
-        live = [s for s in self.engine.workers.values() if s.state is not WorkerState.TERMINATED]
+                    finished["failed"] += 1
+        return finished
+
+    def _counts_for_another_node(self, _key: str, _arguments: Any) -> Response:
+        """The operation `admin.counts`: what `_counts` and `_finished_lately` say here."""
+        return reply({"queues": self._counts(), "finished": self._finished_lately()})
+
+    async def _cluster_counts(self) -> tuple[dict[str, Counter[str]], Counter[str]]:
+        """`_counts` and `_finished_lately` of the whole cluster: every live node's (each
+        counts what it holds, finished jobs while it retains them), and the rows no live
+        node holds (the shared queue, a dead node's jobs not yet requeued)."""
+        by_queue, finished = self._counts(), self._finished_lately()
+        cluster = self.service.runtime.cluster
+        if self.service.runtime.remote is None or cluster is None:
+            return by_queue, finished
+        for theirs in await self.service.operations.from_every_node("admin.counts", "", None):
+            for queue, counts in theirs["queues"].items():
+                by_queue.setdefault(queue, Counter()).update(counts)
+            finished.update(theirs["finished"])
+        for queue, states in (await cluster.unheld_by_queue()).items():
+            counts = by_queue.setdefault(queue, Counter())
+            for state, count in states.items():
+                counts[JobState(state).name.lower()] += count
+        return by_queue, finished
+
+    async def stats(self, request: web.Request) -> Response:
+        """Totals of the whole cluster on one."""
+        by_queue, finished = await self._cluster_counts()
+        totals: Counter[str] = Counter()
+        for counts in by_queue.values():
+            totals.update(counts)
+        workers = await every_worker(self.service, None)
+        live = [w for w in workers if w["state"] != WorkerState.TERMINATED.value]
         return reply(
             {
-                "queues": len(self.engine.queues),
+                "queues": len(set(self.engine.queues) | set(by_queue)),
                 "workers": len(live),
                 "jobs": {state: totals[state] for state in (*STATES, "dead_letter")},
                 "throughput": {
-                    "processed_per_minute": processed,
-                    "failed_per_minute": failed,
+                    "processed_per_minute": finished["processed"],
+                    "failed_per_minute": finished["failed"],
                     "window_seconds": int(MINUTE),
                 },
             }
@@ -123,7 +155,7 @@ class AdminRoutes:
         }
 
     async def queues(self, request: web.Request) -> Response:
-        counts = self._counts()
+        counts, _ = await self._cluster_counts()
         names = sorted(set(self.engine.queues) | set(counts))
         items = [self._queue_json(name, counts.get(name, Counter())) for name in names]
         return reply(_page(request, items))
@@ -157,15 +189,13 @@ class AdminRoutes:
         )
 
     async def workers(self, request: web.Request) -> Response:
-        sessions = list(self.service.workers.values())
-        sessions += [s for s in self.engine.workers.values() if s.protocol != "ojs"]
-        by_state = Counter(s.state.value for s in sessions)
-        by_protocol = Counter(s.protocol for s in sessions)
-        body = _page(request, [worker_json(s) for s in sessions])
+        """Every worker, of every node on a cluster (each with its `nodes`)."""
+        workers = await every_worker(self.service, None)
+        body = _page(request, workers)
         body["summary"] = {
-            "total": len(sessions),
-            "by_state": dict(by_state),
-            "by_protocol": dict(by_protocol),
+            "total": len(workers),
+            "by_state": dict(Counter(w["state"] for w in workers)),
+            "by_protocol": dict(Counter(w["protocol"] for w in workers)),
         }
         return reply(body)
 

@@ -46,6 +46,7 @@ from jobwire.server.ojs.http import (
 from jobwire.server.ojs.operations import every_node
 from jobwire.server.ojs.ownership import check_holder
 from jobwire.server.ojs.render import job_json
+from jobwire.server.ojs.workerlist import every_worker, worker_json, workers_here
 
 if TYPE_CHECKING:
     from jobwire.ports.cluster import ClusterView
@@ -91,57 +92,6 @@ def _test_directive(job: Job) -> Any:
     options = (job.ext or {}).get("options") or {}
     metadata = options.get("metadata")
     return metadata.get("test_directive") if isinstance(metadata, dict) else None
-
-
-def worker_json(session: WorkerSession) -> dict[str, Any]:
-    info = session.info
-    return {
-        # An OJS worker is known by the id it chose; the others by their session id.
-        "worker_id": session.name if session.protocol == "ojs" else session.id,
-        "protocol": session.protocol,
-        "name": session.name,
-        "abilities": sorted(session.abilities),
-        "state": session.state.value,
-        "hostname": info.get("hostname"),
-        "pid": info.get("pid"),
-        "queues": sorted(session.queues) if session.queues is not None else None,
-        "concurrency": session.capacity,
-        "labels": info.get("labels") or [],
-        "registered": bool(info.get("registered")),
-        "active_jobs": sorted(session.jobs),
-        "last_heartbeat_at": format_time(session.last_seen) if session.last_seen else None,
-    }
-
-
-def _merge_sessions(workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per worker. An OJS worker chooses its id and may fetch, ack and beat on
-    several nodes, each of which keeps a session for it: those become one, holding every
-    node's jobs, with its latest heartbeat and the state that node gave it. Other protocols'
-    sessions are connections, one node's each (their ids are that node's)."""
-    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
-    for row in workers:
-        key = (
-            ("ojs", row["worker_id"])
-            if row["protocol"] == "ojs"
-            else (
-                row["nodes"][0],
-                row["worker_id"],
-            )
-        )
-        seen = merged.get(key)
-        if seen is None:
-            merged[key] = row
-            continue
-        seen["nodes"] = sorted({*seen["nodes"], *row["nodes"]})
-        seen["active_jobs"] = sorted({*seen["active_jobs"], *row["active_jobs"]})
-        seen["registered"] = seen["registered"] or row["registered"]
-        if (row["last_heartbeat_at"] or "") > (seen["last_heartbeat_at"] or ""):
-            seen["last_heartbeat_at"] = row["last_heartbeat_at"]
-            seen["state"] = row["state"]  # what the node it beat on last told it
-        for field in ("hostname", "pid", "queues", "concurrency"):
-            if seen[field] is None:
-                seen[field] = row[field]
-    return list(merged.values())
 
 
 async def _job_body(request: web.Request) -> dict[str, Any]:
@@ -229,35 +179,14 @@ class WorkerRoutes:
         """Every worker the server knows, of every protocol (the engine's registry; OJS
         workers also after they terminated); `?protocol=` keeps one protocol's. On a
         cluster, every node's, each with the `nodes` it is connected to."""
-        protocol = request.query.get("protocol") or None
-        workers = self._workers_here(protocol)
-        if self.service.runtime.remote is None:
-            return reply({"workers": workers, "count": len(workers)})
-        for theirs in await self.service.operations.from_every_node(
-            "workers.list", "", {"protocol": protocol}
-        ):
-            workers.extend(theirs["workers"])
-        merged = _merge_sessions(workers)
-        return reply({"workers": merged, "count": len(merged)})
-
-    def _workers_here(self, protocol: str | None) -> list[dict[str, Any]]:
-        """This node's workers; on a cluster each with this node's id in its `nodes`."""
-        sessions = list(self.service.workers.values())
-        sessions += [s for s in self.engine.workers.values() if s.protocol != "ojs"]
-        if protocol:
-            sessions = [s for s in sessions if s.protocol == protocol]
-        workers = [worker_json(s) for s in sessions]
-        remote = self.service.runtime.remote
-        if remote is not None:
-            for row in workers:
-                row["nodes"] = [remote.node]
-        return workers
+        workers = await every_worker(self.service, request.query.get("protocol") or None)
+        return reply({"workers": workers, "count": len(workers)})
 
     def _list_for_another_node(self, _key: str, arguments: Any) -> web.Response:
         """The operation `workers.list`: this node's workers, for another node."""
         asked = arguments if isinstance(arguments, dict) else {}
         protocol = asked.get("protocol")
-        workers = self._workers_here(protocol if isinstance(protocol, str) else None)
+        workers = workers_here(self.service, protocol if isinstance(protocol, str) else None)
         return reply({"workers": workers})
 
     # ------------------------------------------------------------------ fetch
