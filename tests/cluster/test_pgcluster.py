@@ -96,6 +96,33 @@ def test_a_scheduled_job_that_comes_due_where_no_worker_is_free_goes_to_one_that
     wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "gone")
 
 
+def test_a_dead_node_s_scheduled_job_runs_elsewhere_when_it_comes_due(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """A node SIGKILLed while it keeps a scheduled job: the job goes back to the shared queue
+    once the node's lease ran out, still not due, and no notification will say when it is.
+    The other node's sleeping worker gets it when it comes due: the node planned a claim
+    for then. Before, it waited for the poll (60 s here)."""
+    doomed, survivor = start_cluster(nodes, schema, "--node-lease", "2")
+    with sleeping_worker(survivor, "timed") as worker, GearmanSocket(doomed) as client:
+        due = int(time.time()) + 15  # well after the lease runs out
+        handle = (
+            client.request(Cmd.SUBMIT_JOB_EPOCH, "timed", "", str(due), "x", reply=Cmd.JOB_CREATED)
+            .args[0]
+            .decode()
+        )
+        doomed.kill()  # SIGKILL
+        wait_until(
+            lambda: schema.rows("SELECT owner IS NULL FROM {schema}.jobs") == [(True,)] or None,
+            "the job back in the shared queue",
+        )
+        assert time.time() < due, "reaped only once due: this test would not tell"
+        assert wake_and_grab(worker) == (handle, b"x")
+        assert time.time() >= due  # not before it was due
+        worker.send(Cmd.WORK_COMPLETE, handle, "done")
+    wait_until(lambda: schema.rows("SELECT count(*) FROM {schema}.jobs") == [(0,)] or None, "gone")
+
+
 def test_one_fetch_on_a_node_gets_a_job_pushed_on_another(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:

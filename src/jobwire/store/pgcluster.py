@@ -207,6 +207,10 @@ WHERE j.owner IS NULL OR n.id IS NULL OR n.lease_until < now()
 GROUP BY j.queue, j.state
 """
 
+#: When the next job of the shared queue comes due (the time now). Scheduled jobs of a node
+#: that died or left wait there: without a claim then, they would wait for the poll.
+NEXT_DUE_SQL = "SELECT min(run_at) FROM jobs WHERE owner IS NULL AND run_at > %s"
+
 #: Whether a node is gone (the node twice): no live lease, or its lock free.
 NODE_GONE_SQL = f"""
 SELECT NOT EXISTS (SELECT 1 FROM nodes WHERE id = %s AND lease_until >= now())
@@ -346,6 +350,9 @@ class ClusterNode:
         #: Held foreground jobs whose batch writes them as a node's own (this one's, or one a
         #: link reaches), by id: that node, until the batch settles (`written_as`).
         self._written_as: dict[str, int] = {}
+        #: A claim for every idle worker when the shared queue's next job comes due (and
+        #: that time), armed when nodes leave or die and at each poll (`_watch_due`).
+        self._due: tuple[float, asyncio.TimerHandle] | None = None
 
     # ------------------------------------------------------------------ wiring
 
@@ -398,6 +405,8 @@ class ClusterNode:
 
     def _abandon(self) -> None:
         self._closed = True
+        if self._due is not None:
+            self._due[1].cancel()
         self._beat.drop()
         self._claims.drop()
         self._reads.drop()
@@ -678,6 +687,8 @@ class ClusterNode:
                 dead,
                 requeued,
             )
+        if dead or gone:  # their scheduled jobs wait in the shared queue now
+            await self._watch_due()
         if (dead or gone) and self._record_hooks:
             await self._adopt_records()
         if self._addressed_hooks:
@@ -777,6 +788,31 @@ class ClusterNode:
         while not self._closed:
             await asyncio.sleep(self.poll)
             self._want_everything()
+            await self._watch_due()
+
+    async def _watch_due(self) -> None:
+        """Claim again when the shared queue's next job comes due, if that is sooner than
+        the claim already planned (a lost look is the poll's to make up for)."""
+        try:
+            rows = await self._reads.fetch(NEXT_DUE_SQL, (time.time(),))
+        except Exception as exc:
+            log.warning("cluster: could not read when the shared queue's jobs come due: %s", exc)
+            return
+        at = rows[0][0] if rows else None
+        if at is None or self._closed or self._loop is None:
+            return
+        if self._due is not None:
+            if self._due[0] <= at:
+                return
+            self._due[1].cancel()
+        self._due = (at, self._loop.call_later(max(0.0, at - time.time()), self._came_due))
+
+    def _came_due(self) -> None:
+        self._due = None
+        if self._closed or self._loop is None:
+            return
+        self.want_all()
+        self._loop.create_task(self._watch_due())  # and the next one
 
     def _want_everything(self) -> None:
         self.shared.refresh()

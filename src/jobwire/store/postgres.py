@@ -59,7 +59,7 @@ from jobwire.store.sqlite import EARLY_BATCH_WRITES, StoreError
 
 log = logging.getLogger("jobwire.store")
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +248,13 @@ PEER_STATEMENTS = (
         secret bytea NOT NULL
     )""",
 )
+#: Version 7: the shared queue's jobs by the time they come due (`jobwire.store.pgcluster`,
+#: `NEXT_DUE_SQL`): a node that died or left leaves its scheduled jobs there, and no
+#: notification says when they are due. Rows that wait for no time are not in it.
+DUE_STATEMENTS = (
+    "CREATE INDEX IF NOT EXISTS jobs_unowned_by_run_at ON jobs (run_at)"
+    " WHERE owner IS NULL AND run_at IS NOT NULL",
+)
 #: Migrations from version N to N + 1, by N (version 0: no tables). Rows of a one-node schema
 #: (version 1) have no owner after the upgrade: the first node to start alone adopts them.
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -257,6 +264,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: RATE_STATEMENTS,
     4: KEYED_STATEMENTS,
     5: PEER_STATEMENTS,
+    6: DUE_STATEMENTS,
 }
 
 _COLUMNS = (
