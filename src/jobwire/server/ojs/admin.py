@@ -16,7 +16,8 @@ from aiohttp import web
 from jobwire.engine.worker import WorkerState
 from jobwire.protocols.ojs.errors import OJSError, invalid
 from jobwire.server.ojs.http import BASE, read_object, reply
-from jobwire.server.ojs.workers import OPERATOR_QUIET, worker_json
+from jobwire.server.ojs.workerlist import worker_json
+from jobwire.server.ojs.workers import OPERATOR_QUIET
 
 if TYPE_CHECKING:
     from jobwire.server.ojs.app import OJSService
