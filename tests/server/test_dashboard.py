@@ -295,3 +295,12 @@ def test_metrics_without_the_http_listener(tmp_path: Path) -> None:
         assert Browser(metrics_port).get("/").status == 404
     finally:
         server.stop()
+
+
+def test_a_node_alone_shows_no_cluster_figures(browser: Browser) -> None:
+    """Promise: without a cluster the pages have no node or other-nodes columns, and the
+    overview shows the SQLite store."""
+    overview = browser.get("/").text
+    assert "<dd>sqlite (" in overview and "other nodes" not in overview
+    assert "other nodes" not in browser.get("/ui/queues").text
+    assert "<th>node</th>" not in browser.get("/ui/workers").text

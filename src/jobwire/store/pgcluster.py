@@ -1357,6 +1357,7 @@ def detached_job(row: StoredJob) -> Job:
     job.max_attempts = row.max_attempts
     job.run_at = row.run_at
     job.reducer = row.reducer
+    job.origin = row.origin
     if row.ext is not None:
         job.ext = decode_ext(bytes(row.ext))
         _restore_error(job)

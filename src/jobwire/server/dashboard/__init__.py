@@ -15,6 +15,12 @@ same functions as the admin API (`direct_worker`, the dead letter queue, the eng
 Every route is added in `Dashboard.add_routes`, each wrapped by `Dashboard.guard`: the one
 place a check for every dashboard request goes (the admin role, once the server has
 authentication).
+
+On a cluster (nodes sharing a PostgreSQL store) the pages show the whole cluster where one
+read gives it: every node's workers (`every_worker`, one question to each other node), the
+jobs of each queue that other nodes or the shared queue hold (one SQL query), and a job
+another node holds (read-only). When the database or a node cannot answer, a page shows this
+node's part and says so. The job lists, dead letters and throughput stay this node's.
 """
 
 from __future__ import annotations
@@ -22,14 +28,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import logging
 import secrets
+import sys
 import time
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from importlib import resources
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlencode
 
 import jinja2
@@ -41,14 +49,19 @@ from jobwire.engine.errors import EngineError, IllegalTransition, UnknownJob
 from jobwire.engine.job import Job, JobState, origin_name
 from jobwire.engine.worker import WorkerState
 from jobwire.protocols.ojs.errors import OJSError
-from jobwire.protocols.ojs.times import format_time
+from jobwire.protocols.ojs.times import format_time, parse_time
 from jobwire.server.ojs.admin import direct_worker
 from jobwire.server.ojs.observability import priority_name
-from jobwire.server.ojs.workers import worker_json
+from jobwire.server.ojs.workerlist import every_worker, workers_here
 from jobwire.server.pauses import set_queue_paused
 
 if TYPE_CHECKING:
+    from jobwire.engine.worker import WorkerSession
     from jobwire.server.ojs.app import OJSService
+    from jobwire.store.postgres import PostgresStore
+
+log = logging.getLogger("jobwire")
+T = TypeVar("T")
 
 PREFIX = "/ui"
 CSRF_COOKIE = "jobwire_csrf"
@@ -77,6 +90,8 @@ LIFECYCLE = {
     "wmp": "server-side: no job is handed to it",
 }
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+#: What `every_worker` says of a worker that ended.
+TERMINATED = WorkerState.TERMINATED.value
 
 
 @dataclass(slots=True)
@@ -232,6 +247,32 @@ def _safe_next(value: Any, default: str) -> str:
     return default
 
 
+def _postgres(store: object) -> PostgresStore | None:
+    """The store, if it is PostgreSQL's. Its module imports psycopg, which a server on another
+    store never loads: looked up only if the server loaded it."""
+    module = sys.modules.get("jobwire.store.postgres")
+    kind: type[PostgresStore] | None = getattr(module, "PostgresStore", None)
+    return store if kind is not None and isinstance(store, kind) else None
+
+
+def _server_of(dsn: str) -> str:
+    """`host:port/database` of a DSN: never its password, nor any other parameter."""
+    from psycopg.conninfo import conninfo_to_dict  # loaded with the store
+
+    try:
+        params = conninfo_to_dict(dsn)
+    except Exception:  # the store connected with it: not expected
+        return "?"
+    host = params.get("host") or "local socket"
+    port = f":{params['port']}" if params.get("port") else ""
+    return f"{host}{port}/{params.get('dbname') or '(default database)'}"
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 class Dashboard:
     def __init__(self, service: OJSService) -> None:
         self.service = service
@@ -340,8 +381,14 @@ class Dashboard:
     # ------------------------------------------------------------------ rendering
 
     def render(
-        self, request: web.Request, template: str, status: int = 200, **context: Any
+        self,
+        request: web.Request,
+        template: str,
+        status: int = 200,
+        notes: list[str] | None = None,
+        **context: Any,
     ) -> web.Response:
+        """`notes`: what the page could not show (another node or the database away)."""
         token = request.cookies.get(CSRF_COOKIE, "")
         fresh = len(token) < 32
         if fresh:
@@ -352,6 +399,8 @@ class Dashboard:
             prefix=PREFIX,
             version=__version__,
             nav=template.split(".")[0],
+            cluster=self.service.runtime.cluster is not None,
+            notes=notes or [],
             **context,
         )
         response = web.Response(text=page, status=status, content_type="text/html")
@@ -389,8 +438,62 @@ class Dashboard:
         sessions += [s for s in self.engine.workers.values() if s.protocol != "ojs"]
         return sessions
 
+    # ------------------------------------------------------------------ the cluster
+
+    async def _from_cluster(self, read: Awaitable[T]) -> T:
+        """What the cluster answers; an OJSError (503) when the database or another node
+        does not (the driver's errors are psycopg's, not imported here)."""
+        try:
+            return await read
+        except OJSError:
+            raise
+        except Exception as exc:
+            raise OJSError(
+                "backend_error", f"the cluster could not be read: {_first_line(exc)}", status=503
+            ) from exc
+
+    async def _partly(self, read: Awaitable[T], what: str, notes: list[str]) -> T | None:
+        """`_from_cluster`, or None and a note: the page shows this node's part."""
+        try:
+            return await self._from_cluster(read)
+        except OJSError as exc:
+            log.warning("dashboard: %s not read: %s", what, exc.message)
+            notes.append(f"{what} could not be read ({exc.message}): this node's only")
+            return None
+
+    async def _workers(self, protocol: str | None, notes: list[str]) -> list[dict[str, Any]]:
+        """The workers of every node on a cluster (`worker_json`, each with its `nodes`)."""
+        if self.service.runtime.remote is None:
+            return workers_here(self.service, protocol)
+        found = await self._partly(
+            every_worker(self.service, protocol), "the other nodes' workers", notes
+        )
+        return found if found is not None else workers_here(self.service, protocol)
+
+    async def _held_elsewhere(self, job_id: str) -> Job | None:
+        """A copy of a live job another node holds or the shared queue keeps; None: no
+        cluster, or no such job."""
+        cluster = self.service.runtime.cluster
+        if cluster is None:
+            return None
+        return await self._from_cluster(cluster.find_job(job_id))
+
+    # ------------------------------------------------------------------ figures
+
     def _store_health(self) -> dict[str, Any]:
         store: Any = self.service.runtime.store
+        postgres = _postgres(store)
+        if postgres is not None:
+            return {
+                "kind": "postgresql",
+                "server": _server_of(postgres.dsn),
+                "schema": postgres.schema,
+                "node": postgres.node,
+                "commits": postgres.commits,
+                "round_trips": postgres.round_trips,
+                "writes": postgres.write_count,
+                "last_error": postgres.last_error,
+            }
         if not hasattr(store, "commit_times"):
             return {"kind": "memory"}
         hist = store.commit_times
@@ -408,6 +511,7 @@ class Dashboard:
         }
 
     def _queue_rows(self) -> list[dict[str, Any]]:
+        """This node's queues."""
         engine = self.engine
         now = engine.clock()
         running: Counter[str] = Counter()
@@ -440,23 +544,63 @@ class Dashboard:
             )
         return rows
 
+    async def _cluster_queue_rows(self, notes: list[str]) -> list[dict[str, Any]]:
+        """`_queue_rows`, and on a cluster the jobs each queue has that this node does not
+        hold (other nodes', the shared queue's; one SQL query) in `elsewhere_waiting` (due or
+        not) and `elsewhere_running`, with the queues only those have."""
+        rows = self._queue_rows()
+        cluster = self.service.runtime.cluster
+        if cluster is None:
+            return rows
+        by_name = {row["name"]: row for row in rows}
+        for row in rows:
+            row["elsewhere_waiting"] = row["elsewhere_running"] = 0
+        counts = await self._partly(cluster.elsewhere(), "the other nodes' jobs", notes)
+        for (_function, queue), (jobs, running) in (counts or {}).items():
+            name = queue or "default"  # as `_queue_rows` counts
+            if name not in by_name:
+                by_name[name] = self._queue_elsewhere(name)
+                rows.append(by_name[name])
+            by_name[name]["elsewhere_waiting"] += jobs - running
+            by_name[name]["elsewhere_running"] += running
+        rows.sort(key=lambda row: str(row["name"]))
+        return rows
+
+    def _queue_elsewhere(self, name: str) -> dict[str, Any]:
+        """The row of a queue only other nodes (or the shared queue) have jobs of."""
+        return {
+            "name": name,
+            "paused": False,  # a pause holds on every node: a paused queue is known here
+            "high": 0,
+            "normal": 0,
+            "low": 0,
+            "depth": 0,
+            "running": 0,
+            "per_minute": self.throughput.per_minute(name) if self.throughput else 0,
+            "oldest_age": None,
+            "elsewhere_waiting": 0,
+            "elsewhere_running": 0,
+        }
+
     def _active_jobs(self) -> Iterator[Job]:
         for session in self.engine.workers.values():
             yield from session.jobs.values()
 
     async def overview(self, request: web.Request) -> web.StreamResponse:
         points = self._points()
+        notes: list[str] = []
         by_protocol: Counter[str] = Counter()
         by_state: Counter[tuple[str, str]] = Counter()
-        for s in self._live_workers():
-            if s.state is not WorkerState.TERMINATED:
-                by_protocol[s.protocol] += 1
-                by_state[s.protocol, s.state.value] += 1
+        for worker in await self._workers(None, notes):
+            if worker["state"] != TERMINATED:
+                by_protocol[worker["protocol"]] += 1
+                by_state[worker["protocol"], worker["state"]] += 1
         return self.render(
             request,
             "overview.html",
+            notes=notes,
             chart=chart(points),
-            queues=self._queue_rows(),
+            queues=await self._cluster_queue_rows(notes),
             workers=sorted(by_protocol.items()),
             worker_states=by_state,
             store=self._store_health(),
@@ -505,24 +649,29 @@ class Dashboard:
         return response
 
     async def queues(self, request: web.Request) -> web.StreamResponse:
-        return self.render(request, "queues.html", queues=self._queue_rows())
+        notes: list[str] = []
+        queues = await self._cluster_queue_rows(notes)
+        return self.render(request, "queues.html", notes=notes, queues=queues)
 
     async def queue(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
-        info = self.engine.queues.get(name)
-        if info is None:
+        notes: list[str] = []
+        row = next((q for q in await self._cluster_queue_rows(notes) if q["name"] == name), None)
+        if row is None:
             raise web.HTTPNotFound(reason=f"no queue named {name!r}")
         page = _page_number(request)
-        waiting: list[Job] = []
-        for lane in sorted(info.lanes.values(), key=lambda lane: lane.function.name):
+        waiting: list[Job] = []  # this node's (none of a queue only other nodes have)
+        info = self.engine.queues.get(name)
+        lanes = list(info.lanes.values()) if info is not None else []
+        for lane in sorted(lanes, key=lambda lane: lane.function.name):
             for level in lane.levels:
                 waiting.extend(j for j in level.entries() if j.state is JobState.AVAILABLE)
         waiting.sort(key=lambda job: (-job.priority, job.seq))
         start = (page - 1) * PER_PAGE
-        row = next((q for q in self._queue_rows() if q["name"] == name), None)
         return self.render(
             request,
             "queue.html",
+            notes=notes,
             queue=row,
             jobs=[self._job_row(j) for j in waiting[start : start + PER_PAGE]],
             page=page,
@@ -532,27 +681,44 @@ class Dashboard:
 
     async def workers(self, request: web.Request) -> web.StreamResponse:
         protocol = request.query.get("protocol") or None
-        rows = []
+        notes: list[str] = []
         now = time.time()
-        for session in self._live_workers():
-            if protocol is not None and session.protocol != protocol:
-                continue
-            row = worker_json(session)
-            row["heartbeat_age"] = now - session.last_seen if session.last_seen else None
-            row["jobs_held"] = len(session.jobs)
-            row["address"] = session.info.get("address") or session.info.get("peer")
-            row["directable"] = session.protocol in LIFECYCLE and session.state not in (
-                WorkerState.TERMINATED,
-            )
-            rows.append(row)
-        rows.sort(key=lambda row: (row["protocol"], str(row["worker_id"])))
+        rows = [self._worker_row(row, now) for row in await self._workers(protocol, notes)]
+        rows.sort(key=lambda row: (row["protocol"], str(row["worker_id"]), row.get("nodes")))
         return self.render(
             request,
             "workers.html",
+            notes=notes,
             workers=rows,
             lifecycle=sorted(LIFECYCLE.items()),
             protocol=protocol,
         )
+
+    def _worker_row(self, row: dict[str, Any], now: float) -> dict[str, Any]:
+        """A listed worker with what the page adds. Its heartbeat and jobs are those of every
+        node it works on. Only a worker with a session on this node can be directed from
+        here: `direct_worker` reaches this node's sessions only."""
+        beat = row["last_heartbeat_at"]
+        row["heartbeat_age"] = now - parse_time(beat) if beat else None
+        row["jobs_held"] = len(row["active_jobs"])
+        session = self._session_here(row)
+        row["address"] = None
+        row["directable"] = False
+        if session is not None:
+            row["address"] = session.info.get("address") or session.info.get("peer")
+            row["directable"] = (
+                session.protocol in LIFECYCLE and session.state is not WorkerState.TERMINATED
+            )
+        return row
+
+    def _session_here(self, row: dict[str, Any]) -> WorkerSession | None:
+        """This node's session of a listed worker; None: only other nodes have one."""
+        remote = self.service.runtime.remote
+        if remote is not None and remote.node not in row["nodes"]:
+            return None
+        if row["protocol"] == "ojs":  # known by the id it chose
+            return self.service.workers.get(row["worker_id"])
+        return self.engine.workers.get(row["worker_id"])
 
     def _job_row(self, job: Job) -> dict[str, Any]:
         text, size, _ = preview(job.payload)
@@ -585,7 +751,7 @@ class Dashboard:
     async def jobs(self, request: web.Request) -> web.StreamResponse:
         needle = request.query.get("q", "").strip()
         if needle:
-            job = self._lookup(needle)
+            job = self._lookup(needle) or await self._held_elsewhere(needle)
             if job is not None:
                 return see_other(f"{PREFIX}/jobs/{quote(job.id, safe='')}")
         kind = request.query.get("list", "dead")
@@ -614,6 +780,9 @@ class Dashboard:
     async def job(self, request: web.Request) -> web.StreamResponse:
         job_id = request.match_info["id"]
         job = self.engine.jobs.get(job_id) or self.service.dead_letter.get(job_id)
+        elsewhere = job is None  # then read-only: the actions act on this node's jobs
+        if job is None:
+            job = await self._held_elsewhere(job_id)
         if job is None:
             raise web.HTTPNotFound(reason=f"no job {job_id!r}")
         payload = preview(job.payload)
@@ -634,8 +803,9 @@ class Dashboard:
             finished_at=job.finished_at,
             worker=job.worker.id if job.worker is not None else None,
             dead=dead,
-            can_cancel=not job.state.terminal,
-            can_retry=job.state is JobState.DISCARDED,
+            elsewhere=elsewhere,
+            can_cancel=not elsewhere and not job.state.terminal,
+            can_retry=not elsewhere and job.state is JobState.DISCARDED,
         )
 
     async def cron(self, request: web.Request) -> web.StreamResponse:
@@ -670,10 +840,19 @@ class Dashboard:
         form = await request.post()
         name = request.match_info["name"]
         action = request.match_info["action"]
-        if action not in ("pause", "resume") or name not in self.engine.queues:
+        if action not in ("pause", "resume") or not await self._queue_known(name):
             raise web.HTTPNotFound(reason="no such queue or action")
         await set_queue_paused(self.service.runtime, name, action == "pause")
         return self.back(request, form, PREFIX + "/queues")
+
+    async def _queue_known(self, name: str) -> bool:
+        """A queue of this node's, or on a cluster one that other nodes have jobs of (a
+        pause holds on every node)."""
+        cluster = self.service.runtime.cluster
+        if name in self.engine.queues or cluster is None:
+            return name in self.engine.queues
+        counts = await self._from_cluster(cluster.elsewhere())
+        return any(queue == name for _function, queue in counts)
 
     async def worker_action(self, request: web.Request) -> web.StreamResponse:
         form = await request.post()
