@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
@@ -17,7 +18,14 @@ from jobwire.store.frames import full_row
 from jobwire.store.pgcluster import ClusterNode, RemoteClient
 from jobwire.store.pgfollow import FOLLOW
 from jobwire.store.pgremote import RemoteJobs
-from jobwire.store.postgres import BATCH_SQL, PostgresStore, batch_parameters
+from jobwire.store.postgres import (
+    BATCH_RELAXED_SQL,
+    BATCH_SQL,
+    BATCH_UNIQUE_SQL,
+    PostgresStore,
+    WrittenAs,
+    batch_parameters,
+)
 from tests.pg import ADMIN, Schema, pg_schema
 from tests.store.kinds import committed
 from tests.store.test_stores import make_job, run
@@ -470,3 +478,40 @@ def test_a_node_asked_of_a_job_by_followers_subscribes_their_node_once_or_answer
         run(main)
     finally:
         store.close()
+
+
+def test_a_batch_of_foreground_jobs_written_as_a_node_s_alone_does_not_wait_for_the_flush(
+    pg_schema: Schema,
+) -> None:
+    """Their rows hold unique keys, not jobs anyone must find after a crash: such a batch
+    commits with `synchronous_commit` off; one with any other row waits as ever."""
+    store = PostgresStore(pg_schema.dsn)
+    store.releases = lambda job: WrittenAs(77) if not job.background else False
+    sent: list[str] = []
+    execute = store._execute
+
+    async def spied(
+        slot: int, parameters: list[Any], statement: str = BATCH_SQL, again: Any = None
+    ) -> Any:
+        sent.append(statement)
+        return await execute(slot, parameters, statement, again)
+
+    store._execute = spied  # type: ignore[method-assign]
+    foreground = [make_job(n, unique=f"f{n}", background=False) for n in (1, 2)]
+    mixed = [make_job(3, unique="f3", background=False), make_job(4, unique="b4")]
+
+    async def main() -> None:
+        for jobs in (foreground, mixed):
+            for job in jobs:
+                store.held[job.id] = job
+                store.job_saved(job)
+            assert await committed(store)
+
+    try:
+        run(main)
+    finally:
+        store.close()
+    assert sent == [BATCH_RELAXED_SQL, BATCH_UNIQUE_SQL]
+    rows = pg_schema.rows("SELECT id, owner FROM {schema}.jobs ORDER BY id")
+    # The node left when the store closed: its own job is nobody's now.
+    assert rows == [("H:test:1", 77), ("H:test:2", 77), ("H:test:3", 77), ("H:test:4", None)]
