@@ -72,13 +72,23 @@ def test_a_nodes_dashboard_shows_the_whole_cluster(
         node_two = nodes_of(first, "w-two")
         assert nodes_of(first, gearman) == node_two and len(node_two) == 1
 
-        # Workers: the second node's, with their node; not directable from the first.
+        # Workers: the second node's, with their node. Its Gearman connection is directed
+        # from its own node's dashboard only; the OJS worker from either.
+        rows = {}
         for worker_id in ("w-two", gearman):
-            row = wait_until(lambda w=worker_id: worker_row(here, w), worker_id, DEADLINE)
-            assert f'<td class="node">{node_two[0]}</td>' in row, row
-            assert "<form" not in row, row
+            rows[worker_id] = wait_until(
+                lambda w=worker_id: worker_row(here, w), worker_id, DEADLINE
+            )
+            assert f'<td class="node">{node_two[0]}</td>' in rows[worker_id], rows
+        assert "<form" not in rows[gearman], rows
+        assert "Quiet" in rows["w-two"], rows
         mine = wait_until(lambda: worker_row(there, "w-two"), "w-two on its node", DEADLINE)
-        assert "Quiet" in mine, mine  # its own node's dashboard still directs it
+        assert "Quiet" in mine, mine
+        token = here.get("/ui/workers").csrf()  # quieted from the first node's page
+        quiet = here.post_form("/ui/workers/w-two/state", {"csrf": token, "state": "quiet"})
+        assert quiet.status == 303, quiet.text[:500]
+        beat = second.request("POST", "/ojs/v1/workers/heartbeat", {"worker_id": "w-two"})
+        assert (beat.status, beat.body["state"]) == (200, "quiet"), beat.raw
 
         # Queues: other nodes' jobs counted apart (waiting / running), on both pages.
         for path in ("/", "/ui/queues"):

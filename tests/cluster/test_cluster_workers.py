@@ -82,3 +82,35 @@ def test_the_admin_api_counts_and_lists_the_whole_cluster(
             assert {"w1", "w2"} <= {w["worker_id"] for w in listed.body["items"]}, listed.raw
             assert stats.body["workers"] >= 3, stats.raw
     assert held["id"] != done["id"]
+
+
+def test_a_directive_given_on_one_node_reaches_an_ojs_worker_s_session_on_another(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """An operator quiets an OJS worker through any node: its next heartbeat on the node it
+    works with says so, and its fetches there get nothing until it is resumed."""
+    _, first, second = runners(nodes, schema)
+    body = {"worker_id": "w-far", "queues": ["directed"], "concurrency": 2}
+    registered = second.request("POST", "/ojs/v1/workers/register", body)
+    assert registered.status in (200, 201), registered.raw
+
+    def beat() -> str:
+        beaten = second.request("POST", "/ojs/v1/workers/heartbeat", {"worker_id": "w-far"})
+        assert beaten.status == 200, beaten.raw
+        state: str = beaten.body["state"]
+        return state
+
+    assert beat() == "running"
+    quieted = first.request("POST", "/ojs/v1/admin/workers/w-far/state", {"state": "quiet"})
+    assert quieted.status == 200, quieted.raw
+    assert quieted.body["worker"]["state"] == "quiet", quieted.raw
+    assert beat() == "quiet"
+    push(first, "directed")
+    asked = {"queues": ["directed"], "worker_id": "w-far"}
+    assert second.request("POST", "/ojs/v1/workers/fetch", asked).body["jobs"] == []
+    resumed = first.request("POST", "/ojs/v1/admin/workers/w-far/state", {"state": "running"})
+    assert resumed.status == 200, resumed.raw
+    assert beat() == "running"
+    assert fetch(second, "directed", worker="w-far")["args"] == [1]
+    unknown = first.request("POST", "/ojs/v1/admin/workers/w-nobody/state", {"state": "quiet"})
+    assert unknown.status == 404, unknown.raw

@@ -10,7 +10,7 @@ allows scripts and styles from this origin only, so injected markup could not ru
 Actions are HTML form POSTs guarded by a double-submit token: a random token in a
 SameSite=Strict cookie that each form repeats in a hidden field; a POST whose field does
 not match the cookie, or whose Origin is another host, is refused (403). Actions call the
-same functions as the admin API (`direct_worker`, the dead letter queue, the engine).
+same functions as the admin API (`direct_everywhere`, the dead letter queue, the engine).
 
 Every route is added in `Dashboard.add_routes`, each wrapped by `Dashboard.guard`: the one
 place a check for every dashboard request goes (the admin role, once the server has
@@ -50,7 +50,7 @@ from jobwire.engine.job import Job, JobState, origin_name
 from jobwire.engine.worker import WorkerState
 from jobwire.protocols.ojs.errors import OJSError
 from jobwire.protocols.ojs.times import format_time, parse_time
-from jobwire.server.ojs.admin import direct_worker
+from jobwire.server.ojs.admin import direct_everywhere
 from jobwire.server.ojs.observability import priority_name
 from jobwire.server.ojs.workerlist import every_worker, workers_here
 from jobwire.server.pauses import set_queue_paused
@@ -696,8 +696,8 @@ class Dashboard:
 
     def _worker_row(self, row: dict[str, Any], now: float) -> dict[str, Any]:
         """A listed worker with what the page adds. Its heartbeat and jobs are those of every
-        node it works on. Only a worker with a session on this node can be directed from
-        here: `direct_worker` reaches this node's sessions only."""
+        node it works on. A worker of another protocol is a connection to one node: directed
+        from that node's dashboard; an OJS worker from any (`direct_everywhere`)."""
         beat = row["last_heartbeat_at"]
         row["heartbeat_age"] = now - parse_time(beat) if beat else None
         row["jobs_held"] = len(row["active_jobs"])
@@ -709,6 +709,8 @@ class Dashboard:
             row["directable"] = (
                 session.protocol in LIFECYCLE and session.state is not WorkerState.TERMINATED
             )
+        elif row["protocol"] == "ojs":  # its sessions are on other nodes
+            row["directable"] = row["state"] != TERMINATED
         return row
 
     def _session_here(self, row: dict[str, Any]) -> WorkerSession | None:
@@ -857,7 +859,7 @@ class Dashboard:
     async def worker_action(self, request: web.Request) -> web.StreamResponse:
         form = await request.post()
         state = form.get("state")
-        direct_worker(self.service, request.app, request.match_info["id"], str(state))
+        await direct_everywhere(self.service, request.app, request.match_info["id"], str(state))
         return self.back(request, form, PREFIX + "/workers")
 
     def _act(self, job_id: str, action: str) -> None:

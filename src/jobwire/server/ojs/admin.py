@@ -37,6 +37,12 @@ def direct_worker(
     )
     if other is not None:
         return other
+    return _direct_ojs_session(service, worker_id, state)
+
+
+def _direct_ojs_session(service: OJSService, worker_id: str, state: str) -> dict[str, Any]:
+    if state not in OPERATOR_STATES:
+        raise invalid(f"state must be one of {', '.join(OPERATOR_STATES)}")
     session = service.workers.get(worker_id)
     if session is None or session.state is WorkerState.TERMINATED:
         raise OJSError("not_found", f"no live worker {worker_id!r}")
@@ -47,13 +53,64 @@ def direct_worker(
     return worker_json(session)
 
 
+async def direct_everywhere(
+    service: OJSService, app: web.Application, worker_id: str, state: str
+) -> dict[str, Any]:
+    """`direct_worker`, and on a cluster for an OJS worker also on every other node that
+    keeps a session of it (a worker may fetch, ack and beat on several nodes; each keeps
+    its own session, and its next heartbeat on any of them must carry the directive). The
+    other protocols' workers are connections to one node, named by that node: this one's.
+    Raises OJSError: 404 when no node knows the worker."""
+    try:
+        here: dict[str, Any] | None = direct_worker(service, app, worker_id, state)
+    except OJSError as exc:
+        if exc.status != 404 or service.runtime.remote is None:
+            raise
+        here = None
+    if service.runtime.remote is None or (here is not None and here["protocol"] != "ojs"):
+        assert here is not None
+        return here
+    directed = [here] if here is not None else []
+    for answer in await service.operations.from_every_node(
+        "worker.direct", worker_id, {"state": state}
+    ):
+        error = answer.get("error")
+        if error is None:
+            directed.append(answer["worker"])
+        elif error.get("code") != "not_found":  # not its session any more: none to direct
+            raise OJSError(error.get("code", "conflict"), error.get("message", ""), status=409)
+    if not directed:
+        raise OJSError("not_found", f"no live worker {worker_id!r}")
+    return directed[0]
+
+
+def _direct_for_another_node(service: OJSService) -> Any:
+    """The operation `worker.direct`: this node's session of an OJS worker, directed."""
+
+    def direct(worker_id: str, arguments: Any) -> web.Response:
+        state = arguments.get("state", "") if isinstance(arguments, dict) else ""
+        return reply({"worker": _direct_ojs_session(service, worker_id, str(state))})
+
+    return direct
+
+
+def _has_session(service: OJSService) -> Any:
+    def has(worker_id: str) -> bool:
+        session = service.workers.get(worker_id)
+        return session is not None and session.state is not WorkerState.TERMINATED
+
+    return has
+
+
 def add_routes(router: web.UrlDispatcher, service: OJSService) -> None:
+    service.operations.add(
+        "worker.direct", _direct_for_another_node(service), _has_session(service)
+    )
+
     async def set_state(request: web.Request) -> web.Response:
         body = await read_object(request)
-        worker = direct_worker(
-            service, request.app, request.match_info["worker_id"], body.get("state", "")
-        )
-        return reply({"worker": worker})
+        worker_id, state = request.match_info["worker_id"], body.get("state", "")
+        return reply({"worker": await direct_everywhere(service, request.app, worker_id, state)})
 
     async def reset(request: web.Request) -> web.Response:
         service.reset()
