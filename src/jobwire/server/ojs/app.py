@@ -26,7 +26,7 @@ from aiohttp.typedefs import Handler
 from jobwire import __version__
 from jobwire.engine import Engine
 from jobwire.engine.cron import CronEntry, CronScheduler
-from jobwire.engine.errors import IllegalTransition, QueueFull, StoreUnavailable
+from jobwire.engine.errors import IllegalTransition, QueueFull
 from jobwire.engine.events import EventLog
 from jobwire.engine.job import ORIGIN_CRON, ORIGIN_OJS, Job, JobState
 from jobwire.engine.worker import Dispatch, WorkerSession, WorkerState
@@ -43,7 +43,14 @@ from jobwire.protocols.ojs.unique import UniquePolicy
 from jobwire.server.ojs.deadletter_queue import DeadLetter
 from jobwire.server.ojs.edges import _BODY_METHODS, _JSON_CONTENT_TYPES, Cors, refuse_non_json
 from jobwire.server.ojs.eventkeeper import SAVE_EVERY, EventKeeper
-from jobwire.server.ojs.http import BASE, REQUEST_ID, failure_reply, finish_reply, reply
+from jobwire.server.ojs.http import (
+    BASE,
+    REQUEST_ID,
+    committed,
+    failure_reply,
+    finish_reply,
+    reply,
+)
 from jobwire.server.ojs.liveness import WorkerLiveness
 from jobwire.server.ojs.ratelimit import KeyedLimits, QueueRateLimits
 from jobwire.server.ojs.render import job_json, payload_for
@@ -692,12 +699,7 @@ class Edges:
             response: web.StreamResponse = await handler(request)
             # Nothing to wait for on a store that commits at once (no coroutine to run).
             if method not in _SAFE_METHODS and service.runtime.durable_store:
-                try:
-                    await service.runtime.durable()
-                except StoreUnavailable:
-                    raise OJSError(
-                        "backend_error", "the store could not commit", status=503, retryable=True
-                    ) from None
+                await committed(service.runtime)
                 if service.workflows.reporting:  # a step's end, told to its workflow's node
                     await service.workflows.reported()
         except Exception as exc:

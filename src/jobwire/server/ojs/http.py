@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import orjson
 from aiohttp import web
 
+from jobwire.engine.errors import StoreUnavailable
 from jobwire.protocols.json_depth import MAX_DEPTH, too_deep
 from jobwire.protocols.ojs.errors import OJSError, error_body, invalid
 from jobwire.protocols.ojs.limits import MAX_INT, MIN_INT
 from jobwire.protocols.ojs.messages import SPEC_VERSION, refused
 from jobwire.server.errors import ERRORS
+
+if TYPE_CHECKING:
+    from jobwire.server.runtime import Runtime
 
 log = logging.getLogger("jobwire.ojs")
 
@@ -86,6 +90,17 @@ _PLAIN = bytes(0x5B if i in (0x5B, 0x7B) else c for i, c in enumerate(_DIGITS))
 
 #: Seconds a request's body may take to arrive (`--http-body-timeout`); 0: no bound.
 BODY_TIMEOUT = web.AppKey("body_timeout", float)
+
+
+async def committed(runtime: Runtime) -> None:
+    """Wait until what the store was given so far is durable: an OJS 503 (retryable) when
+    its commit failed, so a reply never acknowledges what may be lost."""
+    try:
+        await runtime.durable()
+    except StoreUnavailable:
+        raise OJSError(
+            "backend_error", "the store could not commit", status=503, retryable=True
+        ) from None
 
 
 async def read_body(request: web.Request, up_to: int | None = None) -> bytes:

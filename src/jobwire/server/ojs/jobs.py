@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from jobwire.engine.errors import IllegalTransition, StoreUnavailable
+from jobwire.engine.errors import IllegalTransition
 from jobwire.engine.job import JobState
 from jobwire.ports.cluster import HolderUnavailable
 from jobwire.protocols.ojs.envelope import PushRequest, parse_plain_push, parse_push
@@ -18,6 +18,7 @@ from jobwire.server.ojs.app import Prepared, illegal
 from jobwire.server.ojs.batchkeys import BatchKeys
 from jobwire.server.ojs.http import (
     BASE,
+    committed,
     decode_json,
     plain_json,
     read_body,
@@ -93,12 +94,7 @@ class JobRoutes:
         """`response` once what it acknowledges is committed: the ids' locks go only then,
         so the next push of one finds the job's row."""
         if response.status < 300 and self.service.runtime.durable_store:
-            try:
-                await self.service.runtime.durable()
-            except StoreUnavailable:
-                raise OJSError(
-                    "backend_error", "the store could not commit", status=503, retryable=True
-                ) from None
+            await committed(self.service.runtime)
         return response
 
     async def _push(self, req: PushRequest) -> web.Response:

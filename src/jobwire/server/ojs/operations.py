@@ -27,7 +27,7 @@ from jobwire.engine.job import Job
 from jobwire.ports.cluster import HolderAnswer, HolderUnavailable
 from jobwire.protocols.ojs.errors import OJSError
 from jobwire.protocols.ojs.ids import uuid7
-from jobwire.server.ojs.http import CONTENT_TYPE, REQUEST_ID, error_reply, reply
+from jobwire.server.ojs.http import CONTENT_TYPE, REQUEST_ID, committed, error_reply, reply
 from jobwire.server.ojs.render import job_json
 
 if TYPE_CHECKING:
@@ -163,12 +163,7 @@ class JobOperations:
         try:
             response = await _answer(operation(job_id, asked.get("arguments")))
             if name not in _READS:
-                try:
-                    await self.service.runtime.durable()
-                except StoreUnavailable:
-                    raise OJSError(
-                        "backend_error", "the store could not commit", status=503, retryable=True
-                    ) from None
+                await committed(self.service.runtime)
                 await self.service.workflows.reported()
         except Exception as exc:
             response = error_reply(exc, request_id, f"{name} of job {job_id} for another node")
