@@ -1,4 +1,4 @@
-"""Foreground jobs handed between nodes over their peer links (store/peerlink.py).
+"""Jobs handed between nodes over their peer links (store/peerlink.py).
 
 Real `jobwire serve` nodes on a schema of their own. Which way a job went is read from each
 node's counters at /metrics (`jobwire_cluster_jobs_handed_total` and the others), never from
@@ -240,6 +240,53 @@ def test_a_unique_job_written_as_a_node_that_dies_goes_to_the_shared_queue(
     assert counters(first)["jobs_claimed_total"] == 1
 
 
+def test_a_background_job_is_written_as_the_node_whose_worker_is_free_and_sent_over_the_link(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """No notification and no claim: the row is the other node's from its commit, and that
+    node hears of it over the link. Before, it went by the shared queue (released, claimed)."""
+    second = start_node(nodes, schema, http=True)
+    with sleeping_worker(second, "posted") as worker:
+        first = start_node(nodes, schema, http=True)
+        wait_linked(first, second)
+        with GearmanSocket(first) as client:
+            for number in range(3):
+                handle = client.submit_bg("posted", f"letter {number}")
+                assert wake_and_grab(worker) == (handle, f"letter {number}".encode())
+                owner = schema.rows(f"SELECT owner FROM {{schema}}.jobs WHERE id = '{handle}'")
+                assert owner == [(node_id(second),)]
+                worker.send(Cmd.WORK_COMPLETE, handle, "delivered")
+                assert worker.grab().type == Cmd.NO_JOB
+                worker.send(Cmd.PRE_SLEEP)  # free again: its node tells the other
+    sent, got = counters(first), counters(second)
+    assert (sent["jobs_handed_total"], got["jobs_taken_total"]) == (3, 3)
+    assert sent["jobs_released_total"] == got["jobs_claimed_total"] == 0
+    gone = "SELECT count(*) FROM {schema}.jobs WHERE function = 'posted'"
+    wait_until(lambda: schema.rows(gone) == [(0,)] or None, "the rows deleted by their owner")
+
+
+def test_a_background_job_sent_to_a_node_that_dies_runs_elsewhere_after_its_lease(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """Once the other node acknowledged the row it is that node's, as if claimed: when it
+    dies, the row comes back with its lease, as a dead node's jobs do."""
+    lease = ("--node-lease", "3")
+    second = start_node(nodes, schema, *lease, http=True)
+    with sleeping_worker(second, "posted-far") as doomed_worker:
+        first = start_node(nodes, schema, *lease, http=True)
+        wait_linked(first, second)
+        with GearmanSocket(first) as client:
+            handle = client.submit_bg("posted-far", "survive me")
+            assert wake_and_grab(doomed_worker) == (handle, b"survive me")
+            with sleeping_worker(first, "posted-far") as worker:
+                second.kill()
+                assert wake_and_grab(worker) == (handle, b"survive me")
+                worker.send(Cmd.WORK_COMPLETE, handle, "done")
+    gone = "SELECT count(*) FROM {schema}.jobs WHERE function = 'posted-far'"
+    wait_until(lambda: schema.rows(gone) == [(0,)] or None, "the row deleted")
+    assert counters(first)["jobs_handed_total"] == 1
+
+
 def _over_tls(node: ServerProcess, context: ssl.SSLContext) -> GearmanSocket:
     connection = GearmanSocket(node)
     connection.sock = context.wrap_socket(connection.sock, server_hostname="localhost")
@@ -392,6 +439,36 @@ def test_the_end_of_a_job_lost_with_its_link_reaches_the_client(
         finally:
             proxy.close()
     assert "settled: 0 foreground job(s) stay there while it lives, 0 queued again" in (first.log())
+
+
+def test_a_background_row_whose_acknowledgement_was_lost_with_its_link_runs_once(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """The link breaks after the node running a background job acknowledged its row, before
+    the ack arrived: the settling brings the ack, and the row stays that node's. Given back
+    to the shared queue instead, a worker on the first node would run it a second time."""
+    second = start_node(nodes, schema, http=True)
+    with sleeping_worker(second, "posted-doubt") as worker:
+        first, proxy = _through_proxy(schema, nodes, second, lambda h: h.get("o") == "got")
+        try:
+            wait_linked(first, second)
+            with GearmanSocket(first) as client:
+                handle = client.submit_bg("posted-doubt", "once")
+                assert wake_and_grab(worker) == (handle, b"once")
+                wait_until(lambda: proxy.held_back("got") or None, "the ack held back")
+                proxy.cut()
+                settled = "settled: 0 foreground job(s) stay there while it lives, 0 queued"
+                wait_until(lambda: settled in first.log() or None, "the link settled")
+                with sleeping_worker(first, "posted-doubt") as spare:  # would get it if freed
+                    owner = f"SELECT owner FROM {{schema}}.jobs WHERE id = '{handle}'"
+                    assert schema.rows(owner) == [(node_id(second),)]
+                    worker.send(Cmd.WORK_COMPLETE, handle, "done there")
+                    gone = f"SELECT count(*) FROM {{schema}}.jobs WHERE id = '{handle}'"
+                    wait_until(lambda: schema.rows(gone) == [(0,)] or None, "the row deleted")
+                    assert spare.grab().type == Cmd.NO_JOB
+        finally:
+            proxy.close()
+    assert "settled its link here: 1 frame(s) it missed, 0 job(s) stay" in second.log()
 
 
 def test_a_kept_job_stays_while_its_node_answers_though_its_lock_looked_free(

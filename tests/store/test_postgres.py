@@ -515,3 +515,38 @@ def test_a_batch_of_foreground_jobs_written_as_a_node_s_alone_does_not_wait_for_
     rows = pg_schema.rows("SELECT id, owner FROM {schema}.jobs ORDER BY id")
     # The node left when the store closed: its own job is nobody's now.
     assert rows == [("H:test:1", 77), ("H:test:2", 77), ("H:test:3", 77), ("H:test:4", None)]
+
+
+def test_a_background_job_written_as_another_node_s_waits_for_the_flush_and_is_handed_on(
+    pg_schema: Schema,
+) -> None:
+    """A background job is a job someone must find after a crash: its batch waits for the
+    flush even when its only row is written as a node's, and the cluster hears of the job
+    once the batch committed (to send it to that node)."""
+    store = PostgresStore(pg_schema.dsn)
+    store.releases = lambda job: WrittenAs(77)
+    handed: list[tuple[list[str], bool]] = []
+    store.on_handed = lambda jobs, ok: handed.append(([job.id for job in jobs], ok))
+    sent: list[str] = []
+    execute = store._execute
+
+    async def spied(
+        slot: int, parameters: list[Any], statement: str = BATCH_SQL, again: Any = None
+    ) -> Any:
+        sent.append(statement)
+        assert not handed  # not before its commit
+        return await execute(slot, parameters, statement, again)
+
+    store._execute = spied  # type: ignore[method-assign]
+
+    async def main() -> None:
+        store.job_saved(make_job(1))
+        assert await committed(store)
+
+    try:
+        run(main)
+    finally:
+        store.close()
+    assert sent == [BATCH_SQL]
+    assert handed == [(["H:test:1"], True)]
+    assert pg_schema.rows("SELECT id, owner FROM {schema}.jobs") == [("H:test:1", 77)]

@@ -43,6 +43,14 @@ comes back over the same link.
   (its lock free or its lease run out, and silent for an ask) are all the link's jobs
   given back, as are kept ones later should that node go.
 
+Background jobs go over the links as rows: a new background job that no worker here is
+free for, when another node has one, is written (in its batch's commit, which its submit's
+acknowledgement waits for) as that node's row, sent over the link once committed and
+acknowledged there. From then on the row is that node's, as if it had claimed it (should it
+die, its lease frees the row); a row sent and not acknowledged when the link breaks is
+settled as above: back to the shared queue unless the other node took it. A stopping node
+waits a moment for the acknowledgements of the rows it sent.
+
 Frames: a 4-byte length, a 4-byte header length, the header (JSON), then the job's payload
 or result, raw. Written by hand: a dozen lines over asyncio streams, where a messaging
 library would bring a second event loop integration for two message kinds.
@@ -59,6 +67,7 @@ import secrets
 import socket
 import ssl
 import struct
+import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -255,7 +264,10 @@ class Outbound:
             return
         job_id = str(header["j"])
         if kind == "got":
-            if job_id in carried.handed or job_id in carried.rows:
+            if job_id in carried.background:  # the other node runs it: nobody waits here
+                carried.background.discard(job_id)
+                carried.rows.pop(job_id, None)
+            elif job_id in carried.handed or job_id in carried.rows:
                 carried.acked.add(job_id)
             return
         carried.acked.discard(job_id)
@@ -279,6 +291,7 @@ class Outbound:
         elif kind == "no":  # refused: queued again here, or its row in the shared queue
             job = carried.handed.pop(job_id, None)
             row = carried.rows.pop(job_id, None)
+            carried.background.discard(job_id)
             function = job.function if job is not None else row[1] if row is not None else None
             if function is not None and live:  # as free as it says, before this node looks again
                 self.free[function] = int(header.get("n") or 0)
@@ -297,7 +310,7 @@ class Outbound:
         header["k"] = carried.read
         self.writer.write(encode(header, job.payload))
 
-    def send_row(self, row: tuple[Any, ...]) -> None:
+    def send_row(self, row: tuple[Any, ...], background: bool) -> None:
         """A row written as the other node's (StoredJob's fields): it runs the job."""
         assert self.writer is not None
         job_id, function, queue, unique, payload, priority, _state = row[:7]
@@ -307,6 +320,9 @@ class Outbound:
         header = {"o": "row", "j": job_id, "f": function, "q": queue, "u": unique}
         header.update(p=priority, a=attempts, m=max_attempts, r=run_at, c=created_at)
         header.update(d=reducer, s=key, g=origin, k=carried.read)
+        if background:
+            carried.background.add(job_id)
+            header["b"] = 1
         header["x"] = None if ext is None else base64.b64encode(ext).decode()
         self.writer.write(encode(header, payload))
 
@@ -403,7 +419,7 @@ class Outbound:
         freed = [key for job_id, (key, _) in carried.rows.items() if job_id not in kept]
         stay = [(job_id, job) for job_id, job in carried.handed.items() if job_id in kept]
         rows = [(job_id, row[0]) for job_id, row in carried.rows.items() if job_id in kept]
-        carried.handed, carried.rows = {}, {}
+        carried.handed, carried.rows, carried.background = {}, {}, set()
         log.log(
             logging.WARNING if back or freed else logging.INFO,
             "cluster: link to node %d settled: %d foreground job(s) stay there while it lives,"
@@ -499,6 +515,9 @@ class Carried:
         self.handed: dict[str, Job] = {}
         #: Rows written as the other node's and sent, by job id: the row's key and function.
         self.rows: dict[str, tuple[int, str]] = {}
+        #: Ids of the rows above that are background jobs: forgotten once the other node
+        #: acknowledges them (the row is that node's; should it die, its lease frees it).
+        self.background: set[str] = set()
         #: Ids of the jobs and rows above that the other node acknowledged.
         self.acked: set[str] = set()
         #: Frames read from the other node.
@@ -742,6 +761,13 @@ class PeerLinks:
         return HolderAnswer(200, orjson.dumps(answer), {})
 
     async def close(self) -> None:
+        # Background rows sent and not yet acknowledged: their acknowledgements first (a
+        # row the other node took must not go back to the shared queue as its link closes).
+        deadline = time.monotonic() + CLOSE_WAIT
+        while time.monotonic() < deadline and any(
+            link.writer is not None and link.carried.background for link in self.outbound.values()
+        ):
+            await asyncio.sleep(0.01)
         self.closing = True
         if self._server is not None:
             self._server.close()
@@ -785,13 +811,13 @@ class PeerLinks:
         self.handed += 1
         return True
 
-    def send_row(self, node: int, job_id: str, row: tuple[Any, ...]) -> bool:
+    def send_row(self, node: int, job_id: str, row: tuple[Any, ...], background: bool) -> bool:
         """Tell `node` of a row written as its own (`ClusterNode.written`): False if its link
         is down (the row goes back to the shared queue)."""
         link = self.outbound.get(node)
         if link is None or link.writer is None:
             return False
-        link.send_row(row)
+        link.send_row(row, background)
         self.handed += 1
         return True
 
@@ -905,6 +931,13 @@ class PeerLinks:
             int(header["s"]),
             int(header.get("g") or 0),
         )
+        if header.get("b"):  # a background job: this node's from now on, nobody waits
+            if not self.cluster.load_from_link(row, None):
+                self._refuse(link, job_id, header)
+                return
+            link.send({"o": "got", "j": job_id})
+            self.taken += 1
+            return
         subscriber = PeerClient(link, job_id, self.cluster)
         if not self.cluster.load_from_link(row, subscriber):
             self._refuse(link, job_id, header)
@@ -941,10 +974,13 @@ class PeerLinks:
 
 
 def free_workers(functions: Mapping[str, FunctionInfo], function: str) -> int:
-    """Workers free for `function`: connected for it, less those running a job of it and
-    the jobs of it queued."""
+    """Workers free for `function`: connected for it, less those running a job of it, or
+    those waiting for work if more (one connection may run several jobs at once, and waits
+    while it runs one: the SDK's worker), less the jobs of it queued."""
     fn = functions.get(function)
-    return 0 if fn is None else max(0, len(fn.workers) - fn.running - fn.available)
+    if fn is None:
+        return 0
+    return max(0, max(len(fn.workers) - fn.running, len(fn.waiters)) - fn.available)
 
 
 def split_address(address: str) -> tuple[str, int]:

@@ -15,7 +15,10 @@ beside the engine on the event loop:
   no local worker is free for is written without an owner (`releases`). A node claims such
   jobs when its workers wait for work: `UPDATE ... FOR UPDATE SKIP LOCKED ... RETURNING`, at
   most as many as it has idle workers, priority first, then the oldest, and loads them into
-  its engine through replay.
+  its engine through replay. When a peer link says another node has a worker free for a
+  new background job, the job is written as that node's instead, and the row goes to it
+  over the link once committed: it runs the job without a notification or a claim
+  (`jobwire.store.peerlink`).
 - **Wake-ups**: nodes LISTEN on the schema's channel; a batch that wrote unowned jobs notifies
   "function<US>queue" with its commit, and nodes with idle workers for them claim at once. A
   slow poll (`--cluster-poll`) covers a lost notification.
@@ -347,9 +350,13 @@ class ClusterNode:
         self.shared = SharedState(self)
         #: Links to the other nodes, for foreground jobs (`jobwire.store.peerlink`); None: off.
         self.links = PeerLinks(self, peer_listen, peer_tls) if peer_listen else None
-        #: Held foreground jobs whose batch writes them as a node's own (this one's, or one a
-        #: link reaches), by id: that node, until the batch settles (`written_as`).
+        #: New jobs whose batch writes them as a node's own, by id: that node, until the
+        #: batch settles. Held foreground jobs (this node's, or one a link reaches:
+        #: `written_as`) and background jobs a linked node has a free worker for (`_releases`).
         self._written_as: dict[str, int] = {}
+        #: Rows going back to the shared queue (`free_rows`), until they are there.
+        self._freeing: set[asyncio.Task[None]] = set()
+        self._dropped = False  # the connections are gone
         #: A claim for every idle worker when the shared queue's next job comes due (and
         #: that time), armed when nodes leave or die and at each poll (`_watch_due`).
         self._due: tuple[float, asyncio.TimerHandle] | None = None
@@ -363,6 +370,7 @@ class ClusterNode:
         engine.on_short_fetch = self._short_fetch
         engine.claim_for_fetch = self.claim_for_fetch
         self.store.releases = self._releases
+        self.store.on_handed = self._handed
         self.store.retract_released = self._retract_released
         self.store.keys_low = self._keys_low
         self.store.on_abandon.append(self._abandon)
@@ -380,7 +388,10 @@ class ClusterNode:
 
     async def close(self) -> None:
         """Stop claiming and listening; what other nodes' clients are still to hear of jobs
-        run here goes first (for a few seconds at most)."""
+        run here goes first (for a few seconds at most), and so do the background jobs
+        written as linked nodes' in commits still in flight."""
+        self.store.releases = None  # no new job leaves this engine
+        await self.store.handed_over(CLOSE_WAIT)
         self._closed = True
         self.engine.on_idle_worker = None
         self.engine.on_short_fetch = None
@@ -401,10 +412,13 @@ class ClusterNode:
                 await task
         if self.links is not None:
             await self.links.close()
+        if self._freeing:  # rows the closed links leave to go back to the shared queue
+            await asyncio.wait(self._freeing, timeout=CLOSE_WAIT)
         self._abandon()
 
     def _abandon(self) -> None:
         self._closed = True
+        self._dropped = True
         if self._due is not None:
             self._due[1].cancel()
         self._beat.drop()
@@ -860,7 +874,8 @@ class ClusterNode:
 
     def _releases(self, job: Job) -> bool | WrittenAs:
         """At the end of the turn that created `job`: write it to the shared queue (and let
-        it leave this engine) when other nodes run and no local worker is free for it."""
+        it leave this engine) when other nodes run and no local worker is free for it; a
+        background job as a linked node's that has one (`_handed`)."""
         links = self.links
         handed_here = None if job.background else _handed_here(job)  # links carry fg jobs
         if handed_here is not None:  # another node's job: it stays, or goes back to its node
@@ -894,6 +909,8 @@ class ClusterNode:
             return False  # nothing to write: the job went over a link
         if not self.engine.release(job):
             return False
+        if job.background and (linked := self.written_as_linked(job)) is not None:
+            return linked
         self.released += 1
         if not job.background:  # its client waits here: the node that runs it will say
             self.wait_elsewhere(job)
@@ -921,29 +938,53 @@ class ClusterNode:
         self._written_as[job.id] = node
         return WrittenAs(node)
 
+    def written_as_linked(self, job: Job) -> WrittenAs | None:
+        """A background job leaving this engine: written as the node's a link says has a
+        worker free for it, which runs it once the batch commits (`written`), without a
+        notification or a claim; None: nobody's, in the shared queue."""
+        link = self.links.reserve(job.function) if self.links is not None else None
+        if link is None:
+            return None
+        self._written_as[job.id] = link.node
+        return WrittenAs(link.node)
+
     def written(self, job: Job) -> None:
-        """`job`'s batch committed with its key: to the node it was written as, if one."""
+        """`job`'s batch committed (a foreground job's with its key): to the node it was
+        written as, if one."""
         node = self._written_as.pop(job.id, None)
-        if node is None or job not in self.waits.get(job.id, ()):
+        if node is None or (not job.background and job not in self.waits.get(job.id, ())):
             return  # nobody's, or its clients went
         full = full_row(job)  # the table's column order: seq first
         # StoredJob's order (`_STORED`), available as its row says: seq moves after ext.
         row = (*full[1:7], int(JobState.AVAILABLE), *full[8:14], full[0], full[14])
         if node == self.node:
             self.load([(*row, self.node)])  # as if claimed: its clients wait here
-        elif self.links is None or not self.links.send_row(node, job.id, row):
+        elif self.links is None or not self.links.send_row(node, job.id, row, job.background):
             self.free_rows(node, [job.row])
 
     def unwritten(self, job: Job) -> None:
         """`job`'s batch failed, or another job holds its key: no row of it was written."""
         self._written_as.pop(job.id, None)
 
+    def _handed(self, jobs: list[Job], committed: bool) -> None:
+        """A batch with background jobs written as linked nodes' finished: committed, each
+        goes to its node over their link; failed, they were never written (their submits
+        heard so)."""
+        for job in jobs:
+            if committed:
+                self.written(job)
+            else:
+                self.unwritten(job)
+
     def free_rows(self, node: int, rows: list[int]) -> None:
         """Rows written as `node`'s that it will not run (its link broke, or it refused
         them) go to the shared queue, unless that node's lease ran out first (then they are
-        there already) or it took them in another way."""
-        if self._loop is not None and not self._closed:
-            self._loop.create_task(self._free_rows(node, rows))
+        there already) or it took them in another way. While this node stops too: its
+        links' last rows come back as they close (`close` waits for them)."""
+        if self._loop is not None and not self._dropped:
+            task = self._loop.create_task(self._free_rows(node, rows))
+            self._freeing.add(task)
+            task.add_done_callback(self._freeing.discard)
 
     async def _free_rows(self, node: int, rows: list[int]) -> None:
         try:
@@ -956,9 +997,10 @@ class ClusterNode:
                 _reason(exc),
             )
 
-    def load_from_link(self, row: tuple[Any, ...], subscriber: Subscriber) -> bool:
+    def load_from_link(self, row: tuple[Any, ...], subscriber: Subscriber | None) -> bool:
         """A row another node wrote as this node's and sent over a link: into the engine,
-        what happens to it going to `subscriber`. False: refused (an id here already)."""
+        what happens to it going to `subscriber` (a foreground job's). False: refused (an id
+        here already, or this node stops)."""
         if self._closed or self.engine.jobs.get(str(row[0])) is not None:
             return False
         self.load([(*row, None)], subscriber)

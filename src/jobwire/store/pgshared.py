@@ -188,7 +188,8 @@ class SharedState:
         if it goes to the shared queue (it leaves this engine now, and its row is written
         available and nobody's), False if it stays here, to run once its key is settled;
         for a foreground job a free worker waits for, here or on a node a peer link
-        reaches, that node, whose row it is written as (`ClusterNode.written_as`)."""
+        reaches, that node, whose row it is written as (`ClusterNode.written_as`), and for a
+        background job one a link reaches (`ClusterNode.written_as_linked`)."""
         if self.store.held.get(job.id) is not job:
             return None
         if not job.background:
@@ -210,7 +211,7 @@ class SharedState:
         if not self.engine.withdraw_pending(job):
             return False
         job.state = JobState.AVAILABLE  # as its row says (for the replies that show it)
-        return True
+        return self.cluster.written_as_linked(job) or True
 
     # ------------------------------------------------------------------ notifications
 

@@ -44,7 +44,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 
@@ -66,7 +66,8 @@ SCHEMA_VERSION = 7
 class WrittenAs:
     """What `PostgresStore.releases` answers for a new job to be written as `node`'s (this
     node's or another's) in its own batch: that node runs it once the batch commits,
-    without claiming it (`jobwire.store.pgcluster`)."""
+    without claiming it (`jobwire.store.pgcluster`). A foreground job's client waits here;
+    a background job is told to the cluster after its commit (`PostgresStore.on_handed`)."""
 
     node: int
 
@@ -621,6 +622,10 @@ class PostgresStore:
         #: Decides, at the end of a turn, which new jobs go to the shared queue instead of
         #: staying with this node (`jobwire.store.pgcluster`); None: every job stays.
         self.releases: Callable[[Job], bool | WrittenAs] | None = None
+        #: Told, when a batch with new background jobs written as another node's
+        #: (`WrittenAs`) finishes, of those jobs and whether it committed: then that node
+        #: runs them once it hears of them (`jobwire.store.pgcluster`).
+        self.on_handed: Callable[[list[Job], bool], None] | None = None
         #: Called when the store drops its connections (the cluster's own go too).
         self.on_abandon: list[Callable[[], None]] = []
         #: Called when half the block of row keys is used (the cluster takes the next one).
@@ -679,6 +684,8 @@ class PostgresStore:
         # New jobs with a unique key by batch number, until their batch finishes.
         self._keyed: dict[int, dict[int, tuple[Job, str]]] = {}
         self._renames: dict[int, dict[str, str]] = {}  # `coalesced` of finished batches
+        # New background jobs written as another node's, by batch number (`on_handed`).
+        self._handed_rows: dict[int, list[Job]] = {}
         # Batches in flight: their row keys, key-value names and task, by batch number.
         self._flying: dict[int, tuple[set[int], set[tuple[str, str]], asyncio.Task[None]]] = {}
         self._results: dict[int, bool] = {}  # finished before an earlier batch: ok, by number
@@ -897,18 +904,18 @@ class PostgresStore:
 
     def _take_batch(
         self,
-    ) -> tuple[
-        dict[int, Row | None], KVChanges, list[Job], set[str], dict[int, tuple[Job, str]], bool
-    ]:
+    ) -> _Batch:
         """The current batch as rows (each with its owner and its client's node last), under
         what failed batches left to carry, and the "function<US>queue" names that got unowned
         jobs: new jobs that `releases` lets go to the shared queue are written without an
         owner (a foreground one with this node as its client's; the cluster saves those
         only to offer them, `jobwire.store.pgcluster`). New jobs with a unique key are
-        taken out of the rows, with their key, to be inserted on condition. Last, whether
-        the batch is only foreground jobs written as a node's (`BATCH_RELAXED_SQL`)."""
+        taken out of the rows, with their key, to be inserted on condition. Then whether
+        the batch is only foreground jobs written as a node's (`BATCH_RELAXED_SQL`), and
+        the new background jobs written as another node's (`on_handed`)."""
         rows = dict(self._carried)
         written_as: set[int] = set()
+        handed: list[Job] = []
         me = self.node
         releases = self.releases
         new_rows = self._new_rows
@@ -925,7 +932,10 @@ class PostgresStore:
             elif releases is not None and key in new_rows:
                 row = full_row(job)  # as queued here, before it may leave the engine
                 verdict = releases(job)
-                if isinstance(verdict, WrittenAs):  # that node's, its client waiting here
+                if isinstance(verdict, WrittenAs) and job.background:
+                    rows[key] = (*row, verdict.node, None)  # durable: it waits for the flush
+                    handed.append(job)
+                elif isinstance(verdict, WrittenAs):  # that node's, its client waiting here
                     rows[key] = (*row, verdict.node, me)
                     written_as.add(key)
                 elif verdict:
@@ -954,7 +964,7 @@ class PostgresStore:
         self._new_rows = set()
         if given:
             self._given = set()
-        return rows, kv, created, ready, keyed, relaxed
+        return _Batch(rows, kv, created, ready, keyed, relaxed, handed)
 
     def _keyed_rows(
         self, rows: dict[int, Row | None], created: list[Job]
@@ -1002,7 +1012,7 @@ class PostgresStore:
         self._handed_at = self.write_count
         created = self._created
         try:
-            rows, kv, created, ready, keyed, relaxed = self._take_batch()
+            rows, kv, created, ready, keyed, relaxed, handed = self._take_batch()
         except Exception as exc:  # a value that cannot be turned into a row: this batch fails
             log.exception("store: cannot encode a batch")
             self._changes, self._kv, self._created, self._new_rows = {}, {}, [], set()
@@ -1018,6 +1028,8 @@ class PostgresStore:
         assert self._loop is not None
         if keyed:
             self._keyed[number] = keyed
+        if handed:
+            self._handed_rows[number] = handed
         commit = self._commit(number, slot, rows, kv, created, ready, relaxed)
         task = self._loop.create_task(commit)
         self._flying[number] = (set(rows), set(kv), task)
@@ -1165,6 +1177,12 @@ class PostgresStore:
         keyed = self._keyed.pop(number, None)
         if keyed:
             self._keys_settled(number, keyed, ok)
+        handed = self._handed_rows.pop(number, None)
+        if handed and self.on_handed is not None:
+            try:
+                self.on_handed(handed, ok)
+            except Exception:
+                log.exception("store: handing over the jobs of a batch failed")
         if ok:
             self.commits += 1
             for name in kv:  # in the database now (no batch in flight writes it too)
@@ -1267,6 +1285,13 @@ class PostgresStore:
 
     # ------------------------------------------------------------------ shutdown
 
+    async def handed_over(self, timeout: float) -> None:
+        """Wait (`timeout` seconds at most) for the commits in flight that carry background
+        jobs written as another node's: `on_handed` has heard of them then."""
+        tasks = [self._flying[n][2] for n in self._handed_rows if n in self._flying]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+
     async def drain(self) -> None:
         """Commit everything pending, the rows carried from failed batches too (the server
         calls it before `close`); after three failed attempts it leaves the rest (logged)."""
@@ -1292,7 +1317,7 @@ class PostgresStore:
                 task.cancel()
             ok = False
         elif self._has_writes() or self._carried or self._kv_carried:
-            rows, kv, _created, ready, keyed, _relaxed = self._take_batch()
+            rows, kv, _created, ready, keyed, _relaxed, _handed = self._take_batch()
             self._handed += 1
             try:
                 if rows or kv:
@@ -1333,6 +1358,18 @@ class PostgresStore:
         for close in self.on_abandon:
             close()
         self._lock_conn.close()
+
+
+class _Batch(NamedTuple):
+    """A batch as `PostgresStore._take_batch` makes it."""
+
+    rows: dict[int, Row | None]
+    kv: KVChanges
+    created: list[Job]
+    ready: set[str]
+    keyed: dict[int, tuple[Job, str]]
+    relaxed: bool
+    handed: list[Job]
 
 
 class StoreUnavailableError(Exception):
