@@ -2,10 +2,11 @@
 back what the listening node sends from a frame on, then cut the link at a moment the test
 chooses: as a network that stalls, then breaks.
 
-The dialer's bytes are copied as they come; the listening node's are its greeting, then
-frames (`jobwire.store.peerlink.encode`). The first frame `drop` says yes to, and every
-frame after it on that connection, is held back. Threads over blocking sockets: the tests
-that use it are synchronous.
+The listening node's bytes are its greeting, then frames (`jobwire.store.peerlink.encode`);
+the dialer's are all frames. The first frame `drop` says yes to, and every frame after it
+on that connection, is held back; `drop_sent` does the same for what the dialer sends (by
+default its bytes are copied as they come). Threads over blocking sockets: the tests that
+use it are synchronous.
 """
 
 from __future__ import annotations
@@ -25,9 +26,15 @@ _FRAME = struct.Struct(">II")
 
 
 class LinkProxy:
-    def __init__(self, target: tuple[str, int], drop: Callable[[dict[str, Any]], bool]) -> None:
+    def __init__(
+        self,
+        target: tuple[str, int],
+        drop: Callable[[dict[str, Any]], bool],
+        drop_sent: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
         self.target = target
         self.drop = drop
+        self.drop_sent = drop_sent
         self.dropped: list[dict[str, Any]] = []
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
@@ -48,8 +55,15 @@ class LinkProxy:
             listener = socket.create_connection(self.target)
             with self._lock:
                 self._sockets += [dialer, listener]
-            threading.Thread(target=self._copy, args=(dialer, listener), daemon=True).start()
-            threading.Thread(target=self._frames, args=(listener, dialer), daemon=True).start()
+            if self.drop_sent is None:
+                copy = threading.Thread(target=self._copy, args=(dialer, listener), daemon=True)
+            else:
+                sent = (dialer, listener, self.drop_sent, 0)
+                copy = threading.Thread(target=self._frames, args=sent, daemon=True)
+            copy.start()
+            greeting = len(GREETING) + CHALLENGE_BYTES
+            received = (listener, dialer, self.drop, greeting)
+            threading.Thread(target=self._frames, args=received, daemon=True).start()
 
     @staticmethod
     def _copy(source: socket.socket, sink: socket.socket) -> None:
@@ -59,16 +73,23 @@ class LinkProxy:
         except OSError:
             pass
 
-    def _frames(self, source: socket.socket, sink: socket.socket) -> None:
+    def _frames(
+        self,
+        source: socket.socket,
+        sink: socket.socket,
+        drop: Callable[[dict[str, Any]], bool],
+        greeting: int,
+    ) -> None:
         try:
-            sink.sendall(_read(source, len(GREETING) + CHALLENGE_BYTES))
+            if greeting:
+                sink.sendall(_read(source, greeting))
             stalled = False
             while True:
                 prefix = _read(source, _FRAME.size)
                 total, head_size = _FRAME.unpack(prefix)
                 rest = _read(source, total - 4)
                 header = orjson.loads(rest[:head_size])
-                stalled = stalled or self.drop(header)
+                stalled = stalled or drop(header)
                 if stalled:
                     with self._lock:
                         self.dropped.append(header)

@@ -369,18 +369,23 @@ def test_a_job_acknowledged_before_its_link_broke_stays_with_the_node_running_it
 
 
 def _through_proxy(
-    schema: Schema, nodes: list[ServerProcess], to: ServerProcess, drop: Callable[[dict], bool]
+    schema: Schema,
+    nodes: list[ServerProcess],
+    to: ServerProcess,
+    drop: Callable[[dict], bool],
+    *args: str,
+    drop_sent: Callable[[dict], bool] | None = None,
 ) -> tuple[ServerProcess, LinkProxy]:
-    """A node whose link to `to` goes through a `LinkProxy` (it dials the address `to`'s row
-    gives, which the test rewrites before that node starts)."""
+    """A node (started with `args`) whose link to `to` goes through a `LinkProxy` (it dials
+    the address `to`'s row gives, which the test rewrites before that node starts)."""
     peer = wait_until(
         lambda: schema.rows(f"SELECT peer FROM {{schema}}.nodes WHERE id = {node_id(to)}")[0][0],
         "the node's address",
     )
     host, _, port = str(peer).rpartition(":")
-    proxy = LinkProxy((host, int(port)), drop)
+    proxy = LinkProxy((host, int(port)), drop, drop_sent)
     schema.rows(f"UPDATE {{schema}}.nodes SET peer = '{proxy.address}' WHERE id = {node_id(to)}")
-    return start_node(nodes, schema, http=True), proxy
+    return start_node(nodes, schema, *args, http=True), proxy
 
 
 def test_a_job_whose_acknowledgement_was_lost_with_its_link_runs_once(
@@ -469,6 +474,66 @@ def test_a_background_row_whose_acknowledgement_was_lost_with_its_link_runs_once
         finally:
             proxy.close()
     assert "settled its link here: 1 frame(s) it missed, 0 job(s) stay" in second.log()
+
+
+def _never(_header: dict) -> bool:
+    return False
+
+
+def _row_ended(header: dict) -> bool:
+    return header.get("o") in ("ok", "drop")
+
+
+def test_a_background_row_runs_as_its_commit_begins_and_is_written_once_it_ended(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """The row goes over the link as its commit begins: the job runs at once, and the node
+    running it writes nothing of it until told the commit ended. Here that word is lost
+    with the link: the settling brings it, and the finished job's row is deleted then.
+    Deleted before the row was known committed, it could have been committed after."""
+    second = start_node(nodes, schema, http=True)
+    with sleeping_worker(second, "posted-ahead") as worker:
+        first, proxy = _through_proxy(schema, nodes, second, _never, drop_sent=_row_ended)
+        try:
+            wait_linked(first, second)
+            with GearmanSocket(first) as client:
+                handle = client.submit_bg("posted-ahead", "now")
+                assert wake_and_grab(worker) == (handle, b"now")
+                wait_until(lambda: proxy.held_back("ok") or None, "the commit's end held back")
+                worker.send(Cmd.WORK_COMPLETE, handle, "done")
+                assert worker.grab().type == Cmd.NO_JOB  # the end was heard
+                row = f"SELECT owner FROM {{schema}}.jobs WHERE id = '{handle}'"
+                assert schema.rows(row) == [(node_id(second),)]  # not deleted: not yet known
+                proxy.cut()
+                wait_until(lambda: schema.rows(row) == [] or None, "the row deleted", 60)
+        finally:
+            proxy.close()
+    assert "settled its link here" in second.log()
+
+
+def test_a_background_row_sent_ahead_by_a_node_that_dies_is_read_from_the_database(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """The node that sent the row dies before saying how its commit ended: once its lease
+    ran out, the node running the job reads the row: there, the commit landed."""
+    lease = ("--node-lease", "3")
+    second = start_node(nodes, schema, *lease, http=True)
+    with sleeping_worker(second, "posted-orphan") as worker:
+        first, proxy = _through_proxy(schema, nodes, second, _never, *lease, drop_sent=_row_ended)
+        try:
+            wait_linked(first, second)
+            with GearmanSocket(first) as client:
+                handle = client.submit_bg("posted-orphan", "now")
+                assert wake_and_grab(worker) == (handle, b"now")
+                wait_until(lambda: proxy.held_back("ok") or None, "the commit's end held back")
+            first.kill()
+            proxy.cut()
+            worker.send(Cmd.WORK_COMPLETE, handle, "done")
+            assert worker.grab().type == Cmd.NO_JOB
+            row = f"SELECT owner FROM {{schema}}.jobs WHERE id = '{handle}'"
+            wait_until(lambda: schema.rows(row) == [] or None, "the row deleted", 60)
+        finally:
+            proxy.close()
 
 
 def test_a_kept_job_stays_while_its_node_answers_though_its_lock_looked_free(

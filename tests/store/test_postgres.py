@@ -550,3 +550,38 @@ def test_a_background_job_written_as_another_node_s_waits_for_the_flush_and_is_h
     assert sent == [BATCH_SQL]
     assert handed == [(["H:test:1"], True)]
     assert pg_schema.rows("SELECT id, owner FROM {schema}.jobs") == [("H:test:1", 77)]
+
+
+def test_a_row_another_node_is_committing_as_this_node_s_is_written_here_once_confirmed(
+    pg_schema: Schema,
+) -> None:
+    """A background job sent over a peer link as its commit begins runs at once; the node
+    running it holds its writes back until told the commit ended. Here the job ends before
+    its row is committed: written at once, the delete would find nothing, and the row
+    committed after it would stay for ever; held back, it deletes the row."""
+    sender = PostgresStore(pg_schema.dsn)
+    runner = PostgresStore(pg_schema.dsn)
+    sender.releases = lambda job: WrittenAs(runner.node)
+    job, there = make_job(1), make_job(1)
+
+    async def main() -> None:
+        sender.job_saved(job)  # its row key is given now; its commit begins at the turn's end
+        there.row = job.row
+        seq = f"SELECT owner FROM {{schema}}.jobs WHERE seq = {job.row}"
+        runner.expect_row(job.row)
+        assert not runner.givable(there)  # not to the shared queue before it is known
+        runner.job_saved(there)  # it started...
+        runner.job_removed(there)  # ...and ended
+        assert await committed(runner)
+        assert pg_schema.rows(seq) == []  # nothing written: the row is not there yet
+        assert await committed(sender)
+        assert pg_schema.rows(seq) == [(runner.node,)]
+        runner.confirm_row(job.row)
+        assert await committed(runner)
+        assert pg_schema.rows(seq) == []
+
+    try:
+        run(main)
+    finally:
+        runner.close()
+        sender.close()

@@ -45,11 +45,19 @@ comes back over the same link.
 
 Background jobs go over the links as rows: a new background job that no worker here is
 free for, when another node has one, is written (in its batch's commit, which its submit's
-acknowledgement waits for) as that node's row, sent over the link once committed and
-acknowledged there. From then on the row is that node's, as if it had claimed it (should it
-die, its lease frees the row); a row sent and not acknowledged when the link breaks is
-settled as above: back to the shared queue unless the other node took it. A stopping node
-waits a moment for the acknowledgements of the rows it sent.
+acknowledgement waits for) as that node's row, and the row goes over the link as the commit
+begins ("w"): the job starts there at once, as it would have here, and is acknowledged.
+That node writes nothing of the job until the dialer says how the commit ended ("ok", or
+"drop": the job is retracted, and its removal deletes the row should the commit have landed
+unanswered): written earlier, an update would insert the row (the commit then fails on it),
+a delete would find nothing. From then on the row is that node's, as if it had claimed it
+(should it die, its lease frees the row). A row sent when the link breaks is settled as
+above: the dialer waits for the commits of its rows sent ahead to end and says how, with
+its ask; a row the other node did not take goes back to the shared queue. Should the dialer
+go first, the other node reads how those commits ended from the rows, once the dialer's
+lease has run out. A row whose link is down as its commit begins goes once committed, or
+back to the shared queue. A stopping node waits for its commits in flight, then a moment
+for the acknowledgements of the rows it sent.
 
 Frames: a 4-byte length, a 4-byte header length, the header (JSON), then the job's payload
 or result, raw. Written by hand: a dozen lines over asyncio streams, where a messaging
@@ -113,7 +121,7 @@ READ_REPORT = 64
 #: A frame this large (a result) is reported read at once.
 REPORT_BYTES = 65536
 #: Frames not kept for a link's settling: counts of free workers are stale by then.
-_UNKEPT = frozenset({"free", "ready"})
+_UNKEPT = frozenset({"free", "ready", "read"})
 
 SECRET_SQL = """
 WITH made AS (
@@ -126,6 +134,10 @@ SELECT secret FROM made UNION ALL SELECT secret FROM cluster_secret
 CLIENT_ADDRESS_SQL = "SELECT host(inet_client_addr())"
 #: The node's address, and a word to the others that it is there (they dial it).
 ADVERTISE_SQL = "UPDATE nodes SET peer = %s WHERE id = %s RETURNING pg_notify(%s, 'nodes')"
+#: Whether a node's lease ran out (or its row is gone).
+LEASE_OUT_SQL = "SELECT NOT EXISTS (SELECT 1 FROM nodes WHERE id = %s AND lease_until >= now())"
+#: Which of these row keys are rows of this node's.
+OWNED_SQL = "SELECT seq FROM jobs WHERE seq = ANY(%s) AND owner = %s"
 PEERS_SQL = """
 SELECT id, peer FROM nodes WHERE id <> %s AND lease_until >= now() AND peer IS NOT NULL
 """
@@ -245,7 +257,7 @@ class Outbound:
                 # at once after a large result.
                 if carried.read - reported >= READ_REPORT or len(blob) >= REPORT_BYTES:
                     reported = carried.read
-                    writer.write(encode({"o": "read", "k": reported}))
+                    self._write({"o": "read", "k": reported})
         finally:
             self.writer = None
             writer.close()
@@ -258,6 +270,11 @@ class Outbound:
         if kind == "free":
             if live:
                 self.free[str(header["f"])] = int(header["n"])
+            return
+        if kind == "read":  # the other node read this many frames: their words are heard
+            unheard, read = carried.unheard, int(header["k"])
+            while unheard and unheard[0][0] <= read:
+                unheard.popleft()
             return
         if kind == "ready":  # the other node's free workers are known: jobs may go
             log.info("cluster: linked to node %d at %s", self.node, self.address)
@@ -297,7 +314,9 @@ class Outbound:
                 self.free[function] = int(header.get("n") or 0)
             if job is not None:
                 self.links.cluster.take_back(job)
-            if row is not None:
+            if row is not None and job_id in carried.ahead:
+                carried.refused.add(job_id)  # freed once its commit ends, if it committed
+            elif row is not None:
                 self.links.cluster.free_rows(self.node, [row[0]])
 
     def hand(self, job: Job) -> None:
@@ -308,10 +327,11 @@ class Outbound:
         header["p"] = job.priority
         header["g"] = job.origin
         header["k"] = carried.read
-        self.writer.write(encode(header, job.payload))
+        self._write(header, job.payload)
 
-    def send_row(self, row: tuple[Any, ...], background: bool) -> None:
-        """A row written as the other node's (StoredJob's fields): it runs the job."""
+    def send_row(self, row: tuple[Any, ...], background: bool, ahead: bool = False) -> None:
+        """A row written as the other node's (StoredJob's fields): it runs the job. `ahead`:
+        a background job's, sent as its commit begins (`row_committed` says how it ended)."""
         assert self.writer is not None
         job_id, function, queue, unique, payload, priority, _state = row[:7]
         attempts, max_attempts, run_at, created_at, reducer, ext, key, origin = row[7:]
@@ -323,14 +343,51 @@ class Outbound:
         if background:
             carried.background.add(job_id)
             header["b"] = 1
+        if ahead:
+            carried.ahead[job_id] = key
+            header["w"] = 1
         header["x"] = None if ext is None else base64.b64encode(ext).decode()
-        self.writer.write(encode(header, payload))
+        self._write(header, payload)
+
+    def _write(self, header: dict[str, Any], blob: bytes = b"") -> None:
+        """A frame on the connection open now, counted (the other node reports how many it
+        read: `_heard`, "read")."""
+        assert self.writer is not None
+        self.carried.sent += 1
+        self.writer.write(encode(header, blob))
+
+    def row_committed(self, job_id: str, committed: bool) -> None:
+        """The commit of a row sent ahead ended: the other node hears it over the
+        connection the row went on; a broken one's settling carries it (it waits for it)."""
+        for carried in (self.carried, *self.settling):
+            key = carried.ahead.get(job_id)
+            if key is None:
+                continue
+            if job_id in carried.refused:  # the other node never ran it
+                del carried.ahead[job_id]
+                carried.refused.discard(job_id)
+                if committed:
+                    self.links.cluster.free_rows(self.node, [key])
+            elif carried is self.carried and self.writer is not None:
+                # Kept until the other node says it read the frame: lost with the link, the
+                # word goes with the settling's ask.
+                del carried.ahead[job_id]
+                header = {"o": "ok" if committed else "drop", "j": job_id, "k": carried.read}
+                self._write(header)
+                carried.unheard.append((carried.sent, job_id, committed))
+            else:
+                carried.outcomes[job_id] = committed
+            if len(carried.outcomes) >= len(carried.ahead):
+                carried.known.set()
+            return
+        # Not found: its connection settled without waiting (this node stops, after its
+        # commits ended); the other node reads how it ended from the row (`Inbound.resolve`).
 
     def _lost(self) -> None:
         self.writer = None
         self.free.clear()
         carried, self.carried = self.carried, Carried()
-        if not (carried.handed or carried.rows):
+        if not (carried.handed or carried.rows or carried.ahead or carried.unheard):
             return
         if self.links.closing or self.links.remote is None:
             # Nobody to ask (this node stops, or serves no operations): what the other node
@@ -353,11 +410,19 @@ class Outbound:
         loop = asyncio.get_running_loop()
         asking: asyncio.Task[HolderAnswer | None] | None = None
         lock_free = False  # seen since the ask in flight was sent
+        if len(carried.outcomes) < len(carried.ahead):
+            await carried.known.wait()  # the commits of rows sent ahead end (or fail)
+        outcomes = [(job_id, ok) for _, job_id, ok in carried.unheard]
+        outcomes += carried.outcomes.items()
+        committed = [job_id for job_id, ok in outcomes if ok]
+        dropped = [job_id for job_id, ok in outcomes if not ok]
         try:
             while True:
                 if asking is None:
                     lock_free = False
-                    arguments = {"read": carried.read}
+                    arguments: dict[str, Any] = {"read": carried.read}
+                    if committed or dropped:
+                        arguments.update(ok=committed, drop=dropped)
                     asking = loop.create_task(
                         remote.ask([self.node], SETTLE, carried.link_id, arguments)
                     )
@@ -420,6 +485,8 @@ class Outbound:
         stay = [(job_id, job) for job_id, job in carried.handed.items() if job_id in kept]
         rows = [(job_id, row[0]) for job_id, row in carried.rows.items() if job_id in kept]
         carried.handed, carried.rows, carried.background = {}, {}, set()
+        carried.ahead, carried.refused, carried.outcomes = {}, set(), {}
+        carried.unheard.clear()
         log.log(
             logging.WARNING if back or freed else logging.INFO,
             "cluster: link to node %d settled: %d foreground job(s) stay there while it lives,"
@@ -518,6 +585,18 @@ class Carried:
         #: Ids of the rows above that are background jobs: forgotten once the other node
         #: acknowledges them (the row is that node's; should it die, its lease frees it).
         self.background: set[str] = set()
+        #: Background rows sent as their commit began, by job id: the row key, until the
+        #: other node hears how the commit ended (its writes of the job wait until then).
+        self.ahead: dict[str, int] = {}
+        #: Of those, the ones the other node refused, and how the commits ended of the others
+        #: once this connection broke: its settling tells the other node (`Outbound._settle`).
+        self.refused: set[str] = set()
+        self.outcomes: dict[str, bool] = {}
+        self.known = asyncio.Event()  # every commit of `ahead` ended
+        #: Frames sent on this connection, and the words on rows sent ahead among them that
+        #: the other node has not said it read: (frame number, job id, committed).
+        self.sent = 0
+        self.unheard: deque[tuple[int, str, bool]] = deque()
         #: Ids of the jobs and rows above that the other node acknowledged.
         self.acked: set[str] = set()
         #: Frames read from the other node.
@@ -541,6 +620,12 @@ class Inbound:
         self.unread: deque[tuple[int, dict[str, Any], bytes]] = deque()
         #: The jobs that came by this link and may still be here, with their subscribers.
         self.jobs: dict[str, PeerClient] = {}
+        #: Background rows taken as their commit began, by job id: the row key, until the
+        #: dialer says how the commit ended (`PeerLinks._row_ended`).
+        self.ahead: dict[str, int] = {}
+        #: Frames read from the dialer, and the count last reported to it.
+        self.received = 0
+        self.reported = 0
         self.settled = False
 
     def send(self, header: dict[str, Any], blob: bytes = b"") -> None:
@@ -751,6 +836,9 @@ class PeerLinks:
         link = self.links_in.get(link_id)
         if link is None:  # never seen, or settled and forgotten: nothing of it is here
             return HolderAnswer(200, b'{"f":[],"k":[]}', {})
+        for outcome, committed in (("ok", True), ("drop", False)):
+            for job_id in asked.get(outcome) or ():
+                self._row_ended(link, str(job_id), committed)
         answer = link.settle(int(asked.get("read") or 0), self.cluster.engine.jobs)
         log.info(
             "cluster: node %d settled its link here: %d frame(s) it missed, %d job(s) stay",
@@ -811,15 +899,24 @@ class PeerLinks:
         self.handed += 1
         return True
 
-    def send_row(self, node: int, job_id: str, row: tuple[Any, ...], background: bool) -> bool:
-        """Tell `node` of a row written as its own (`ClusterNode.written`): False if its link
-        is down (the row goes back to the shared queue)."""
+    def send_row(
+        self, node: int, job_id: str, row: tuple[Any, ...], background: bool, ahead: bool = False
+    ) -> bool:
+        """Tell `node` of a row written as its own (`ClusterNode.written`; `ahead`: as its
+        commit begins, `ClusterNode.sending`): False if its link is down (the row goes back
+        to the shared queue once committed)."""
         link = self.outbound.get(node)
         if link is None or link.writer is None:
             return False
-        link.send_row(row, background)
+        link.send_row(row, background, ahead)
         self.handed += 1
         return True
+
+    def row_committed(self, node: int, job_id: str, committed: bool) -> None:
+        """The commit of a row sent ahead to `node` ended: that node hears how."""
+        link = self.outbound.get(node)
+        if link is not None:  # else that node is gone: its rows went back with its lease
+            link.row_committed(job_id, committed)
 
     @property
     def acknowledged(self) -> int:
@@ -872,11 +969,17 @@ class PeerLinks:
                 if link.settled:
                     break  # its node settled it: what comes after was never handed here
                 link.read_up_to(header.get("k", 0))
+                link.received += 1
+                if link.received - link.reported >= READ_REPORT:
+                    link.reported = link.received
+                    link.send({"o": "read", "k": link.received})
                 kind = header.get("o")
                 if kind == "run":
                     self._run(link, header, blob)
                 elif kind == "row":
                     self._take_row(link, header, blob)
+                elif kind in ("ok", "drop"):
+                    self._row_ended(link, str(header["j"]), kind == "ok")
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass
         except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
@@ -884,6 +987,10 @@ class PeerLinks:
         finally:
             if link is not None:
                 self.inbound.discard(link)
+                if link.ahead and self._loop is not None:  # unless its settling says first
+                    task = self._loop.create_task(self._resolve(link))
+                    self.tasks.add(task)
+                    task.add_done_callback(self.tasks.discard)
             writer.close()
 
     def _run(self, link: Inbound, header: dict[str, Any], payload: bytes) -> None:
@@ -932,9 +1039,17 @@ class PeerLinks:
             int(header.get("g") or 0),
         )
         if header.get("b"):  # a background job: this node's from now on, nobody waits
+            ahead = bool(header.get("w"))  # its commit has not ended: it runs, unwritten
+            key = int(header["s"])
+            if ahead:
+                self.cluster.store.expect_row(key)
             if not self.cluster.load_from_link(row, None):
+                if ahead:
+                    self.cluster.store.confirm_row(key)
                 self._refuse(link, job_id, header)
                 return
+            if ahead:
+                link.ahead[job_id] = key
             link.send({"o": "got", "j": job_id})
             self.taken += 1
             return
@@ -945,6 +1060,39 @@ class PeerLinks:
         link.jobs[job_id] = subscriber
         subscriber.acknowledge()  # a row is this node's: never refused once loaded
         self.taken += 1
+
+    def _row_ended(self, link: Inbound, job_id: str, committed: bool) -> None:
+        """The commit of a row sent ahead ended: this node writes the job from now on; a
+        failed one's job is retracted (its submit heard of the failure), and the removal
+        deletes its row should the commit have landed all the same."""
+        key = link.ahead.pop(job_id, None)
+        if key is None:
+            return
+        cluster = self.cluster
+        cluster.store.confirm_row(key)
+        if not committed:
+            job = cluster.engine.jobs.get(job_id)
+            if job is not None and job.row == key:
+                cluster.engine.retract([job])
+
+    async def _resolve(self, link: Inbound) -> None:
+        """A link broke with rows sent ahead whose commits it did not say the end of: its
+        settling will (the other node waits for them first). If that node goes first
+        (its lease runs out: no commit of it can be in flight then), the rows say: one
+        there committed, one missing did not."""
+        while link.ahead and not self.closing:
+            try:
+                gone = await self.cluster.shared_fetch(LEASE_OUT_SQL, (link.node,))
+                if gone[0][0] and link.ahead:
+                    keys = list(link.ahead.values())
+                    rows = await self.cluster.shared_fetch(OWNED_SQL, (keys, self.node))
+                    there = {int(row[0]) for row in rows}
+                    for job_id, key in list(link.ahead.items()):
+                        self._row_ended(link, job_id, key in there)
+                    return
+            except Exception as exc:
+                log.debug("cluster: cannot tell whether node %d is gone: %s", link.node, exc)
+            await asyncio.sleep(GONE_CHECK)
 
     def _refuse(self, link: Inbound, job_id: str, header: dict[str, Any]) -> None:
         free = free_workers(self.cluster.engine.functions, str(header.get("f")))

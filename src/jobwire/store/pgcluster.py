@@ -354,6 +354,9 @@ class ClusterNode:
         #: batch settles. Held foreground jobs (this node's, or one a link reaches:
         #: `written_as`) and background jobs a linked node has a free worker for (`_releases`).
         self._written_as: dict[str, int] = {}
+        #: Background jobs whose rows went to a linked node as their commit began, by id:
+        #: that node, until the commit ends (`_sending`).
+        self._sent_ahead: dict[str, int] = {}
         #: Rows going back to the shared queue (`free_rows`), until they are there.
         self._freeing: set[asyncio.Task[None]] = set()
         self._dropped = False  # the connections are gone
@@ -371,6 +374,7 @@ class ClusterNode:
         engine.claim_for_fetch = self.claim_for_fetch
         self.store.releases = self._releases
         self.store.on_handed = self._handed
+        self.store.on_handing = self._sending
         self.store.retract_released = self._retract_released
         self.store.keys_low = self._keys_low
         self.store.on_abandon.append(self._abandon)
@@ -954,9 +958,7 @@ class ClusterNode:
         node = self._written_as.pop(job.id, None)
         if node is None or (not job.background and job not in self.waits.get(job.id, ())):
             return  # nobody's, or its clients went
-        full = full_row(job)  # the table's column order: seq first
-        # StoredJob's order (`_STORED`), available as its row says: seq moves after ext.
-        row = (*full[1:7], int(JobState.AVAILABLE), *full[8:14], full[0], full[14])
+        row = _link_row(job)
         if node == self.node:
             self.load([(*row, self.node)])  # as if claimed: its clients wait here
         elif self.links is None or not self.links.send_row(node, job.id, row, job.background):
@@ -966,12 +968,31 @@ class ClusterNode:
         """`job`'s batch failed, or another job holds its key: no row of it was written."""
         self._written_as.pop(job.id, None)
 
-    def _handed(self, jobs: list[Job], committed: bool) -> None:
-        """A batch with background jobs written as linked nodes' finished: committed, each
-        goes to its node over their link; failed, they were never written (their submits
-        heard so)."""
+    def _sending(self, jobs: list[Job]) -> None:
+        """A batch with background jobs written as linked nodes' goes to commit: each row
+        goes to its node now, over their link, and the job runs there at once, as it would
+        here; that node writes nothing of it until it hears how the commit ended
+        (`_handed`). Rows whose link is down go once committed, or back to the shared
+        queue (`written`)."""
+        links = self.links
         for job in jobs:
-            if committed:
+            node = self._written_as.get(job.id)
+            if node is None or links is None or node == self.node:
+                continue
+            if links.send_row(node, job.id, _link_row(job), True, ahead=True):
+                del self._written_as[job.id]
+                self._sent_ahead[job.id] = node
+
+    def _handed(self, jobs: list[Job], committed: bool) -> None:
+        """A batch with background jobs written as linked nodes' finished: the nodes they
+        were sent to hear how; the others, committed, go to theirs now; failed, they were
+        never written (their submits heard so)."""
+        for job in jobs:
+            node = self._sent_ahead.pop(job.id, None)
+            if node is not None:
+                if self.links is not None:
+                    self.links.row_committed(node, job.id, committed)
+            elif committed:
                 self.written(job)
             else:
                 self.unwritten(job)
@@ -1364,6 +1385,13 @@ def _movable(job: Job) -> bool:
     is kept where it was asked for). A workflow's step moves: the node that runs it tells
     the workflow's node of its end (`jobwire.server.ojs.workflows`)."""
     return job.background and not job.subscribers and job.origin != ORIGIN_TITANIC
+
+
+def _link_row(job: Job) -> tuple[Any, ...]:
+    """A new job's row as a link carries it: StoredJob's order (`_STORED`: seq moves after
+    ext), available."""
+    full = full_row(job)  # the table's column order: seq first
+    return (*full[1:7], int(JobState.AVAILABLE), *full[8:14], full[0], full[14])
 
 
 def _handed_here(job: Job) -> PeerClient | None:

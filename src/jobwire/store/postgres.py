@@ -626,6 +626,8 @@ class PostgresStore:
         #: (`WrittenAs`) finishes, of those jobs and whether it committed: then that node
         #: runs them once it hears of them (`jobwire.store.pgcluster`).
         self.on_handed: Callable[[list[Job], bool], None] | None = None
+        #: Told of those jobs as their batch goes to commit (the cluster sends them ahead).
+        self.on_handing: Callable[[list[Job]], None] | None = None
         #: Called when the store drops its connections (the cluster's own go too).
         self.on_abandon: list[Callable[[], None]] = []
         #: Called when half the block of row keys is used (the cluster takes the next one).
@@ -686,6 +688,9 @@ class PostgresStore:
         self._renames: dict[int, dict[str, str]] = {}  # `coalesced` of finished batches
         # New background jobs written as another node's, by batch number (`on_handed`).
         self._handed_rows: dict[int, list[Job]] = {}
+        # Row keys of jobs another node wrote as this node's and sent before its commit
+        # ended (`expect_row`), each with this node's latest change of it, held back.
+        self._unconfirmed: dict[int, tuple[Job | None, ...]] = {}
         # Batches in flight: their row keys, key-value names and task, by batch number.
         self._flying: dict[int, tuple[set[int], set[tuple[str, str]], asyncio.Task[None]]] = {}
         self._results: dict[int, bool] = {}  # finished before an earlier batch: ok, by number
@@ -818,9 +823,14 @@ class PostgresStore:
     def givable(self, job: Job) -> bool:
         """Whether `give_away` can take this job: its row is written, or on its way (not
         new in the batch being gathered, which writes it with its owner, nor held back for
-        its unique key)."""
+        its unique key, nor sent by another node as its commit began)."""
         key = job.row
-        return bool(key) and key not in self._new_rows and job.id not in self.held
+        return (
+            bool(key)
+            and key not in self._new_rows
+            and job.id not in self.held
+            and key not in self._unconfirmed  # another node's commit of it has not said yet
+        )
 
     def give_away(self, job: Job) -> None:
         """A queued job this node's engine let go (`Engine.release`) goes to the shared
@@ -843,6 +853,23 @@ class PostgresStore:
                 self._changes[key] = None
         if not self._scheduled:
             self._schedule()
+
+    def expect_row(self, key: int) -> None:
+        """Another node is committing the row `key` as this node's, whose job runs here
+        already: this node's writes of it wait (`confirm_row`). Written before that commit,
+        an update would insert the row, which that commit then fails on; a delete would
+        find nothing, and leave the row to be committed after it."""
+        self._unconfirmed.setdefault(key, ())
+
+    def confirm_row(self, key: int) -> None:
+        """The row `key` is committed, or its commit failed and may have landed all the same
+        (then the job is retracted here, and the removal deletes it if it is there): the
+        writes held back go with the next batch, and later ones as ever."""
+        held = self._unconfirmed.pop(key, None)
+        if held:
+            self._changes.setdefault(key, held[0])  # a change made since is newer
+            if not self._scheduled:
+                self._schedule()
 
     def kv_pending(self, namespace: str) -> set[str]:
         """The keys of `namespace` written here and not yet committed."""
@@ -923,8 +950,11 @@ class PostgresStore:
         created = self._created
         kept_foreground = False
         given = self._given
+        unconfirmed = self._unconfirmed
         for key, job in self._changes.items():
-            if job is None:
+            if key in unconfirmed:  # another node's commit of the row has not said yet
+                unconfirmed[key] = (job,)
+            elif job is None:
                 rows[key] = None
             elif key in given:  # nobody's now, and the nodes listening hear of it
                 rows[key] = (*full_row(job), None, None)
@@ -1030,6 +1060,11 @@ class PostgresStore:
             self._keyed[number] = keyed
         if handed:
             self._handed_rows[number] = handed
+            if self.on_handing is not None:
+                try:
+                    self.on_handing(handed)
+                except Exception:
+                    log.exception("store: sending the jobs of a batch ahead failed")
         commit = self._commit(number, slot, rows, kv, created, ready, relaxed)
         task = self._loop.create_task(commit)
         self._flying[number] = (set(rows), set(kv), task)
