@@ -265,6 +265,31 @@ def test_a_background_job_is_written_as_the_node_whose_worker_is_free_and_sent_o
     wait_until(lambda: schema.rows(gone) == [(0,)] or None, "the rows deleted by their owner")
 
 
+def test_a_background_job_whose_unique_key_another_job_holds_does_not_run_on_the_linked_node(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """A job with a unique key runs only once its commit has shown it holds the key: its
+    row goes over the link after the commit, not as it begins. Sent ahead, the second
+    submission ran on the second worker while the first job with its key still ran."""
+    second = start_node(nodes, schema, http=True)
+    workers = [sleeping_worker(second, "posted-once") for _ in range(2)]
+    try:
+        first = start_node(nodes, schema, http=True)
+        wait_linked(first, second)  # the link began: two workers free there
+        with GearmanSocket(first) as client:
+            handle = client.submit_bg("posted-once", "first", unique="only-one")
+            assert wake_and_grab(workers[0]) == (handle, b"first")
+            again = client.submit_bg("posted-once", "second", unique="only-one")
+            assert again == handle  # coalesced with the job that holds the key
+            assert workers[1].grab().type == Cmd.NO_JOB
+            workers[0].send(Cmd.WORK_COMPLETE, handle, "done")
+    finally:
+        for worker in workers:
+            worker.close()
+    gone = "SELECT count(*) FROM {schema}.jobs WHERE function = 'posted-once'"
+    wait_until(lambda: schema.rows(gone) == [(0,)] or None, "the row deleted")
+
+
 def test_a_background_job_sent_to_a_node_that_dies_runs_elsewhere_after_its_lease(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:

@@ -973,11 +973,13 @@ class ClusterNode:
         goes to its node now, over their link, and the job runs there at once, as it would
         here; that node writes nothing of it until it hears how the commit ended
         (`_handed`). Rows whose link is down go once committed, or back to the shared
-        queue (`written`)."""
+        queue (`written`). So do the rows of jobs with a unique key: such a job runs only
+        once its commit has shown that it holds its key (another job may hold it)."""
         links = self.links
+        held = self.store.held
         for job in jobs:
             node = self._written_as.get(job.id)
-            if node is None or links is None or node == self.node:
+            if node is None or links is None or node == self.node or job.id in held:
                 continue
             if links.send_row(node, job.id, _link_row(job), True, ahead=True):
                 del self._written_as[job.id]
