@@ -6,8 +6,9 @@ Starts two nodes (`--cluster-poll 60`, so every wake-up measured came by notific
 a fresh schema of `--pg`, a Gearman worker on node B that sleeps between jobs, and a client on
 node A, and measures one job at a time:
 
-- bg: from sending SUBMIT_JOB_BG on A to the worker on B holding the job (JOB_ASSIGN): the
-  commit on A, its notification, B's claim and its wake-up of the worker;
+- bg: from sending SUBMIT_JOB_BG on A to the worker on B holding the job (JOB_ASSIGN): A
+  writes the row as B's and sends it over their peer link as the commit begins, and B wakes
+  the worker (with `--no-links`: the commit on A, its notification, B's claim);
 - fg: from sending SUBMIT_JOB on A to the client holding WORK_COMPLETE, the worker on B
   completing at once: A hands the job to B over their peer link (`jobwire.store.peerlink`)
   and B sends the result back on it; with `--no-links`, the job goes as bg does, and B's

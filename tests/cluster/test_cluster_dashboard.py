@@ -1,7 +1,8 @@
 """The dashboard of a node of a cluster (server/dashboard): every node's workers with their
 node, the jobs of a queue that other nodes and the shared queue hold, a job another node
-holds (read-only), and the PostgreSQL store. Real nodes on the local PostgreSQL, every wait a
-condition polled up to a generous deadline.
+holds (read-only), every node's scheduled and dead jobs in one list, a search by unique key
+and another node's dead letter (read-only), and the PostgreSQL store. Real nodes on the local
+PostgreSQL, every wait a condition polled up to a generous deadline.
 """
 
 from __future__ import annotations
@@ -9,13 +10,14 @@ from __future__ import annotations
 import os
 import re
 import signal
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 import pytest
 
 from tests.cluster.test_cluster_ops import fetch, push, runners
-from tests.interop.gearman_raw import register_worker, wait_until
+from tests.interop.gearman_raw import Cmd, GearmanSocket, register_worker, wait_until
 from tests.pg import Schema
 from tests.server.dashboard_support import Browser
 from tests.servers import ServerProcess
@@ -23,6 +25,8 @@ from tests.servers import ServerProcess
 pytestmark = pytest.mark.interop
 
 DEADLINE = 60.0
+#: A time far ahead (2096): jobs scheduled then stay on the node they came to.
+LATER = 4_000_000_000
 
 
 def worker_row(browser: Browser, worker_id: str) -> str | None:
@@ -44,6 +48,25 @@ def shows(browser: Browser, path: str, *wanted: str) -> str | None:
     page = browser.get(path)
     assert page.status == 200, (path, page.status, page.text[:500])
     return page.text if all(text in page.text for text in wanted) else None
+
+
+def listed(browser: Browser, path: str) -> list[tuple[str, str]]:
+    """A job list page's rows, in order: (job id, the row's markup)."""
+    page = browser.get(path)
+    assert page.status == 200, (path, page.status, page.text[:500])
+    return re.findall(r'<tr data-job="([^"]+)">(.*?)</tr>', page.text, re.S)
+
+
+def node_id(browser: Browser) -> str:
+    """The node id a node's overview shows."""
+    found = re.search(r"<dt>this node</dt><dd>(\d+)</dd>", browser.get("/").text)
+    assert found, "no node id on the overview"
+    return found.group(1)
+
+
+def iso(epoch: int) -> str:
+    """An OJS `scheduled_at`."""
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def nodes_of(node: Any, worker_id: str) -> list[int]:
@@ -130,13 +153,14 @@ def test_a_node_that_does_not_answer_leaves_the_pages_working(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:
     """A stopped node (its lease long enough to count as alive meanwhile) does not answer the
-    question for its workers: the pages show this node's part and say so."""
+    questions for its workers and its jobs: the pages show this node's part and say so."""
     (one, two), first, _ = runners(nodes, schema, "--node-lease", "120")
     assert one.http_port is not None
     here = Browser(one.http_port)
     registered = first.request("POST", "/ojs/v1/workers/register", {"worker_id": "w-one"})
     assert registered.status in (200, 201), registered.raw
     push(first, "stalled")
+    mine = push(first, "stalled", scheduled_at=iso(LATER))
     os.kill(two.proc.pid, signal.SIGSTOP)
     try:
         for path in ("/ui/workers", "/"):
@@ -144,5 +168,81 @@ def test_a_node_that_does_not_answer_leaves_the_pages_working(
             assert page.status == 200, (path, page.status, page.text[:500])
             assert "the other nodes&#39; workers could not be read" in page.text, page.text
             assert path == "/" or 'data-worker="w-one"' in page.text, page.text
+        page = here.get("/ui/jobs?list=scheduled")
+        assert page.status == 200, page.text[:500]
+        assert "the other nodes&#39; scheduled jobs could not be read" in page.text, page.text
+        assert f'<tr data-job="{mine}">' in page.text and "(1 in all)" in page.text, page.text
     finally:
         os.kill(two.proc.pid, signal.SIGCONT)
+
+
+def test_the_job_lists_and_the_search_cover_every_node(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """The first node lists both nodes' scheduled jobs in one order, 50 a page, each with its
+    node (the other node's without a checkbox); its search finds the second node's job by
+    unique key; the second node's dead letter is in its dead list and opens read-only."""
+    (one, two), first, second = runners(nodes, schema)
+    assert one.http_port is not None and two.http_port is not None
+    here, there = Browser(one.http_port), Browser(two.http_port)
+    node_one, node_two = node_id(here), node_id(there)
+    assert node_one != node_two
+
+    # 30 scheduled jobs on each node, their times interleaved: even seconds on the first
+    # (OJS), odd ones on the second (Gearman, each with a unique key).
+    at: dict[str, int] = {}
+    for i in range(30):
+        at[push(first, "later", scheduled_at=iso(LATER + 2 * i))] = LATER + 2 * i
+    with GearmanSocket(two) as gearman:
+        for i in range(30):
+            gearman.send(Cmd.SUBMIT_JOB_EPOCH, "later", f"later-{i}", str(LATER + 2 * i + 1), "x")
+            at[gearman.expect(Cmd.JOB_CREATED).args[0].decode()] = LATER + 2 * i + 1
+    in_order = sorted(at, key=lambda job_id: at[job_id])
+
+    def both_pages() -> list[tuple[str, str]] | None:
+        rows = listed(here, "/ui/jobs?list=scheduled") + listed(
+            here, "/ui/jobs?list=scheduled&page=2"
+        )
+        return rows if [job_id for job_id, _ in rows] == in_order else None
+
+    rows = wait_until(both_pages, "both nodes' scheduled jobs, in order", DEADLINE)
+    assert "(60 in all)" in here.get("/ui/jobs?list=scheduled").text
+    assert listed(here, "/ui/jobs?list=scheduled&page=3") == []
+    for job_id, row in rows:
+        node = node_one if at[job_id] % 2 == 0 else node_two
+        assert f'<td class="node">{node}</td>' in row, row
+        assert ('type="checkbox"' in row) == (node == node_one), row
+
+    # By unique key: a job the second node holds, shown read-only.
+    handle = in_order[2 * 7 + 1]
+    found = here.get("/ui/jobs?q=later-7")
+    location = f"/ui/jobs/{quote(handle, safe='')}"
+    assert (found.status, found.headers.get("location")) == (303, location), found.text[:500]
+    job = here.get(location).text
+    assert "Another node of the cluster holds this job" in job and "later-7" in job, job
+    assert '<dd class="state">scheduled' in job and "/cancel" not in job, job
+
+    # A dead letter of the second node: listed on the first with its node, opened read-only.
+    retry = {"max_attempts": 1, "on_exhaustion": "dead_letter"}
+    dead = push(second, "dies", retry=retry)
+    assert fetch(second, "dies")["id"] == dead
+    error = {"code": "boom", "message": "it broke"}
+    nacked = second.request("POST", "/ojs/v1/workers/nack", {"job_id": dead, "error": error})
+    assert (nacked.status, nacked.body["state"]) == (200, "discarded"), nacked.raw
+    dead_rows = dict(
+        wait_until(lambda: listed(here, "/ui/jobs?list=dead") or None, "the dead letter", DEADLINE)
+    )
+    assert list(dead_rows) == [dead], dead_rows
+    row = dead_rows[dead]
+    assert f'<td class="node">{node_two}</td>' in row and "boom: it broke" in row, row
+    assert 'type="checkbox"' not in row, row
+    page = here.get(f"/ui/jobs/{dead}")
+    assert page.status == 200, page.text[:500]
+    assert f"Node {node_two} of the cluster keeps this job" in page.text, page.text
+    assert "(in the dead letter queue)" in page.text and "boom: it broke" in page.text
+    for action in ("/retry", "/delete", "/cancel"):
+        assert action not in page.text, (action, page.text)
+    assert f"/ui/jobs/{dead}/delete" in there.get(f"/ui/jobs/{dead}").text  # on its node
+    missing = here.get("/ui/jobs?q=no-such-job")  # every node answered: no note
+    assert missing.status == 200 and "No job matches" in missing.text, missing.text[:500]
+    assert "could not be read" not in missing.text, missing.text

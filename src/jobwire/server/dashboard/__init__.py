@@ -18,15 +18,19 @@ authentication).
 
 On a cluster (nodes sharing a PostgreSQL store) the pages show the whole cluster where one
 read gives it: every node's workers (`every_worker`, one question to each other node), the
-jobs of each queue that other nodes or the shared queue hold (one SQL query), and a job
-another node holds (read-only). When the database or a node cannot answer, a page shows this
-node's part and says so. The job lists, dead letters and throughput stay this node's.
+jobs of each queue that other nodes or the shared queue hold (one SQL query), the job lists
+(scheduled, retrying, dead) merged over every node's part and a search by id or unique key
+(the operation `dashboard.jobs`, one question to each other node), and a job another node
+holds or keeps among its dead letters (read-only). When the database or a node cannot
+answer, a page shows this node's part and says so. Throughput and the overview's figures
+stay this node's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import hmac
 import logging
 import secrets
@@ -51,7 +55,9 @@ from jobwire.engine.worker import WorkerState
 from jobwire.protocols.ojs.errors import OJSError
 from jobwire.protocols.ojs.times import format_time, parse_time
 from jobwire.server.ojs.admin import direct_everywhere
+from jobwire.server.ojs.http import reply
 from jobwire.server.ojs.observability import priority_name
+from jobwire.server.ojs.operations import every_node
 from jobwire.server.ojs.workerlist import every_worker, workers_here
 from jobwire.server.pauses import set_queue_paused
 
@@ -92,6 +98,19 @@ LIFECYCLE = {
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 #: What `every_worker` says of a worker that ended.
 TERMINATED = WorkerState.TERMINATED.value
+#: The job lists: what a note calls each, and the state of the engine's jobs it lists (None:
+#: the dead letter queue's entries).
+JOB_LISTS: dict[str, tuple[str, JobState | None]] = {
+    "scheduled": ("scheduled jobs", JobState.SCHEDULED),
+    "retrying": ("retrying jobs", JobState.RETRYABLE),
+    "dead": ("dead letters", None),
+}
+#: The operation each node of a cluster answers for its own jobs: its part of a job list, or
+#: a job it keeps (`Dashboard._jobs_for_another_node`).
+JOBS_OPERATION = "dashboard.jobs"
+#: Rows of a job list a cluster's pages reach at most: each node sends the first rows of its
+#: part up to the page shown, so a deep page would bring every node's whole list.
+CLUSTER_LIST_MAX = 5000
 
 
 @dataclass(slots=True)
@@ -293,6 +312,8 @@ class Dashboard:
             name: (resources.files(__package__) / "static" / name).read_bytes()
             for name in ("dashboard.css", "dashboard.js")
         }
+        if service.runtime.remote is not None:  # each node answers for its own jobs
+            service.operations.add(JOBS_OPERATION, self._jobs_for_another_node, every_node)
 
     # ------------------------------------------------------------------ routing
 
@@ -477,6 +498,71 @@ class Dashboard:
         if cluster is None:
             return None
         return await self._from_cluster(cluster.find_job(job_id))
+
+    def _jobs_for_another_node(self, _key: str, asked: Any) -> web.Response:
+        """The operation `dashboard.jobs`: with `find`, the job this node keeps (engine or
+        dead letters) with that id, or `by_key` unique key, as its page shows it; else this
+        node's part of the list `list` (`_part_here`, its first `limit` rows)."""
+        if "find" in asked:
+            job = self._lookup(str(asked["find"]), by_key=bool(asked.get("by_key")))
+            facts = None if job is None else self._job_facts(job)
+            return reply({"node": self._node(), "job": facts})
+        return reply(self._part_here(str(asked["list"]), int(asked["limit"])))
+
+    def _part_here(self, kind: str, limit: int) -> dict[str, Any]:
+        """This node's part of a cluster's job list: its first `limit` rows in the list's
+        order (`_cluster_order`), each with this node's id, and how many it has in all. The
+        asking page shows at most `limit` rows of the merged list: no node needs to send
+        more."""
+        listed = self._listed_here(kind)
+        when = _cluster_order(kind)
+        first = heapq.nsmallest(limit, listed, key=lambda job: (getattr(job, when) or 0.0, job.id))
+        node = self._node()
+        return {
+            "jobs": [{**self._job_row(job), "node": node} for job in first],
+            "total": len(listed),
+        }
+
+    def _node(self) -> int:
+        """This node's id in its cluster (asked on a cluster only)."""
+        remote = self.service.runtime.remote
+        assert remote is not None
+        return remote.node
+
+    async def _cluster_list(
+        self, kind: str, limit: int, notes: list[str]
+    ) -> tuple[list[dict[str, Any]], int]:
+        """The first `limit` rows of a job list merged over every node (each row with its
+        node), and how many the list has in all; this node's alone, and a note, when the
+        others do not answer. The shared queue's jobs are in no node's list."""
+        parts = [self._part_here(kind, limit)]
+        theirs = await self._partly(
+            self.service.operations.from_every_node(
+                JOBS_OPERATION, "", {"list": kind, "limit": limit}
+            ),
+            f"the other nodes' {JOB_LISTS[kind][0]}",
+            notes,
+        )
+        parts += theirs or []
+        when = _cluster_order(kind)
+        rows = sorted(
+            (row for part in parts for row in part["jobs"]),
+            key=lambda row: (row[when] or 0.0, row["id"]),
+        )
+        return rows[:limit], sum(int(part["total"]) for part in parts)
+
+    async def _kept_elsewhere(self, needle: str, by_key: bool) -> tuple[int, dict[str, Any]] | None:
+        """The job with this id (or `by_key` unique key) that another node keeps in its
+        engine or its dead letters, as its page shows it, and that node (the lowest, should
+        several have one); None: none does, or no cluster."""
+        found = [
+            (int(answer["node"]), answer["job"])
+            for answer in await self.service.operations.from_every_node(
+                JOBS_OPERATION, "", {"find": needle, "by_key": by_key}
+            )
+            if answer["job"] is not None
+        ]
+        return min(found, key=lambda pair: pair[0]) if found else None
 
     # ------------------------------------------------------------------ figures
 
@@ -733,14 +819,17 @@ class Dashboard:
             "attempts": job.attempts,
             "created_at": job.created_at,
             "run_at": job.run_at,
+            "finished_at": job.finished_at,
             "size": size,
             "preview": text[:80],
             "error": error_text(job.error)[:160],
         }
 
-    def _lookup(self, needle: str) -> Job | None:
+    def _lookup(self, needle: str, by_key: bool = True) -> Job | None:
+        """A job of this node's engine or dead letters with this id, or `by_key` this
+        unique key."""
         job = self.engine.jobs.get(needle) or self.service.dead_letter.get(needle)
-        if job is not None:
+        if job is not None or not by_key:
             return job
         for candidate in self.engine.uniques.values():
             if candidate.unique == needle:
@@ -750,65 +839,106 @@ class Dashboard:
                 return candidate
         return None
 
+    def _listed_here(self, kind: str) -> list[Job]:
+        """This node's jobs of a list, in the order it keeps them."""
+        state = JOB_LISTS[kind][1]
+        if state is None:
+            return self.service.dead_letter.jobs()
+        return [job for job in self.engine.jobs.values() if job.state is state]
+
     async def jobs(self, request: web.Request) -> web.StreamResponse:
+        notes: list[str] = []
         needle = request.query.get("q", "").strip()
         if needle:
-            job = self._lookup(needle) or await self._held_elsewhere(needle)
-            if job is not None:
-                return see_other(f"{PREFIX}/jobs/{quote(job.id, safe='')}")
+            found = await self._search(needle, notes)
+            if found is not None:
+                return see_other(f"{PREFIX}/jobs/{quote(found, safe='')}")
         kind = request.query.get("list", "dead")
-        if kind not in ("scheduled", "retrying", "dead"):
+        if kind not in JOB_LISTS:
             kind = "dead"
-        if kind == "dead":
-            found = self.service.dead_letter.jobs()
-        else:
-            state = JobState.SCHEDULED if kind == "scheduled" else JobState.RETRYABLE
-            found = [j for j in self.engine.jobs.values() if j.state is state]
         page = _page_number(request)
         start = (page - 1) * PER_PAGE
+        remote = self.service.runtime.remote
+        if remote is None:  # a node alone lists its jobs in the order it keeps them
+            listed = self._listed_here(kind)
+            rows = [self._job_row(j) for j in islice(listed, start, start + PER_PAGE)]
+            total = len(listed)
+        elif start >= CLUSTER_LIST_MAX:
+            rows, total = [], 0
+            notes.append(f"on a cluster the lists show their first {CLUSTER_LIST_MAX} jobs")
+        else:
+            rows, total = await self._cluster_list(kind, start + PER_PAGE, notes)
+            rows = rows[start:]
         return self.render(
             request,
             "jobs.html",
+            notes=notes,
             kind=kind,
             needle=needle,
             missing=bool(needle),
-            jobs=[self._job_row(j) for j in islice(found, start, start + PER_PAGE)],
+            jobs=rows,
+            node=None if remote is None else remote.node,
             page=page,
-            pages=max(1, (len(found) + PER_PAGE - 1) // PER_PAGE),
-            total=len(found),
+            pages=max(1, (total + PER_PAGE - 1) // PER_PAGE),
+            total=total,
             query=lambda **kw: urlencode({"list": kind, **kw}),
         )
 
+    async def _search(self, needle: str, notes: list[str]) -> str | None:
+        """The id of the job a search names: by id or unique key among this node's jobs, by
+        id among the cluster's rows, then by either among the other nodes' jobs and dead
+        letters."""
+        job = self._lookup(needle) or await self._held_elsewhere(needle)
+        if job is not None:
+            return job.id
+        kept = await self._partly(
+            self._kept_elsewhere(needle, by_key=True), "the other nodes' jobs", notes
+        )
+        return None if kept is None else str(kept[1]["job"]["id"])
+
     async def job(self, request: web.Request) -> web.StreamResponse:
         job_id = request.match_info["id"]
-        job = self.engine.jobs.get(job_id) or self.service.dead_letter.get(job_id)
-        elsewhere = job is None  # then read-only: the actions act on this node's jobs
-        if job is None:
-            job = await self._held_elsewhere(job_id)
-        if job is None:
+        job = self._lookup(job_id, by_key=False)
+        node = None  # the other node whose job is shown
+        if job is not None:
+            facts: dict[str, Any] | None = self._job_facts(job)
+        else:  # then read-only: the actions act on this node's jobs
+            held = await self._held_elsewhere(job_id)
+            if held is not None:
+                facts = self._job_facts(held)
+            else:
+                kept = await self._from_cluster(self._kept_elsewhere(job_id, by_key=False))
+                node, facts = kept if kept is not None else (None, None)
+        if facts is None:
             raise web.HTTPNotFound(reason=f"no job {job_id!r}")
-        payload = preview(job.payload)
-        dead = job.id in self.service.dead_letter
         return self.render(
             request,
             "job.html",
-            job=self._job_row(job),
-            source=source_of(job),
-            unique=job.unique,
-            payload=payload,
-            result=preview(job.result),
-            error=preview(error_text(job.error) if job.error is not None else None),
-            history=[error_text(e)[:PREVIEW] for e in (job.ext or {}).get("errors") or []],
-            progress=job.progress,
-            max_attempts=job.max_attempts,
-            started_at=job.started_at,
-            finished_at=job.finished_at,
-            worker=job.worker.id if job.worker is not None else None,
-            dead=dead,
-            elsewhere=elsewhere,
-            can_cancel=not elsewhere and not job.state.terminal,
-            can_retry=not elsewhere and job.state is JobState.DISCARDED,
+            **facts,
+            elsewhere=job is None,
+            node=node,
+            can_cancel=job is not None and not job.state.terminal,
+            can_retry=job is not None and job.state is JobState.DISCARDED,
+            can_delete=job is not None and facts["dead"],
         )
+
+    def _job_facts(self, job: Job) -> dict[str, Any]:
+        """What a job's page shows of it, as JSON: another node's page may show it."""
+        return {
+            "job": self._job_row(job),
+            "source": source_of(job),
+            "unique": job.unique,
+            "payload": preview(job.payload),
+            "result": preview(job.result),
+            "error": preview(error_text(job.error) if job.error is not None else None),
+            "history": [error_text(e)[:PREVIEW] for e in (job.ext or {}).get("errors") or []],
+            "progress": job.progress,
+            "max_attempts": job.max_attempts,
+            "started_at": job.started_at,
+            "finished_at": job.finished_at,
+            "worker": job.worker.id if job.worker is not None else None,
+            "dead": job.id in self.service.dead_letter,
+        }
 
     async def cron(self, request: web.Request) -> web.StreamResponse:
         rows = []
@@ -924,6 +1054,13 @@ class Dashboard:
 def see_other(location: str) -> web.Response:
     """A redirect as a plain reply (an exception would meet the OJS error middleware)."""
     return web.Response(status=303, headers={"Location": location})
+
+
+def _cluster_order(kind: str) -> str:
+    """What a job list on a cluster is ordered by, then the id (the order a node keeps its
+    jobs in cannot be merged): dead letters oldest first, as a node keeps them; other
+    jobs soonest to run first."""
+    return "finished_at" if kind == "dead" else "run_at"
 
 
 def _page_number(request: web.Request) -> int:

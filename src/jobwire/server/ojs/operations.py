@@ -43,7 +43,16 @@ Holds = Callable[[str], bool]
 _TAKING = frozenset({"cancel", "activate"})
 #: Operations that change nothing: their replies do not wait for a commit.
 _READS = frozenset(
-    {"get", "progress.get", "workflow.get", "queue.counts", "dead_letter.list", "events.query"}
+    {
+        "get",
+        "progress.get",
+        "workflow.get",
+        "queue.counts",
+        "dead_letter.list",
+        "events.query",
+        "admin.counts",
+        "dashboard.jobs",
+    }
 )
 #: Operations a job must be running for: refused for a job no live node holds.
 _WHILE_RUNNING = frozenset({"ack", "nack", "progress"})
