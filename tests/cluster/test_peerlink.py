@@ -14,7 +14,8 @@ import socket
 import ssl
 import subprocess
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -393,6 +394,15 @@ def test_a_job_acknowledged_before_its_link_broke_stays_with_the_node_running_it
     wait_until(lambda: counters(first)["jobs_acknowledged"] == 0 or None, "the ack forgotten")
 
 
+def _kind(*kinds: str) -> Callable[[dict], bool]:
+    """What a `LinkProxy` holds back from: the first frame of one of these kinds (none: no
+    frame)."""
+    return lambda header: header.get("o") in kinds
+
+
+_row_ended = _kind("ok", "drop")
+
+
 def _through_proxy(
     schema: Schema,
     nodes: list[ServerProcess],
@@ -413,6 +423,27 @@ def _through_proxy(
     return start_node(nodes, schema, *args, http=True), proxy
 
 
+@contextmanager
+def _linked_through_proxy(
+    schema: Schema,
+    nodes: list[ServerProcess],
+    function: str,
+    drop: Callable[[dict], bool],
+    *args: str,
+    drop_sent: Callable[[dict], bool] | None = None,
+) -> Iterator[tuple[ServerProcess, ServerProcess, GearmanSocket, LinkProxy]]:
+    """A second node (both started with `args`) with a worker of `function` asleep on it,
+    and a first node linked to it through a `LinkProxy`: (first, second, worker, proxy)."""
+    second = start_node(nodes, schema, *args, http=True)
+    with sleeping_worker(second, function) as worker:
+        first, proxy = _through_proxy(schema, nodes, second, drop, *args, drop_sent=drop_sent)
+        try:
+            wait_linked(first, second)
+            yield first, second, worker, proxy
+        finally:
+            proxy.close()
+
+
 def test_a_job_whose_acknowledgement_was_lost_with_its_link_runs_once(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:
@@ -420,27 +451,19 @@ def test_a_job_whose_acknowledgement_was_lost_with_its_link_runs_once(
     arrived. The client's node asks that node, which says it keeps the job: it runs there
     only. Queued again on the client's node (as before the settling), a worker there would
     run it a second time."""
-    second = start_node(nodes, schema, http=True)
-    with sleeping_worker(second, "doubted") as worker:
-        first, proxy = _through_proxy(schema, nodes, second, lambda h: h.get("o") == "got")
-        try:
-            wait_linked(first, second)
-            with GearmanSocket(first) as client:
-                handle = client.submit_fg("doubted", "once")
-                assert wake_and_grab(worker) == (handle, b"once")
-                wait_until(lambda: proxy.held_back("got") or None, "the ack held back")
-                proxy.cut()
-                settled = "settled: 1 foreground job(s) stay there while it lives, 0 queued"
-                wait_until(lambda: settled in first.log() or None, "the link settled")
-                with sleeping_worker(first, "doubted") as spare:  # would get it, queued again
-                    worker.send(Cmd.WORK_COMPLETE, handle, "done there")
-                    assert client.expect(Cmd.WORK_COMPLETE).args == (
-                        handle.encode(),
-                        b"done there",
-                    )
-                    assert spare.grab().type == Cmd.NO_JOB
-        finally:
-            proxy.close()
+    with _linked_through_proxy(schema, nodes, "doubted", _kind("got")) as linked:
+        first, second, worker, proxy = linked
+        with GearmanSocket(first) as client:
+            handle = client.submit_fg("doubted", "once")
+            assert wake_and_grab(worker) == (handle, b"once")
+            wait_until(lambda: proxy.held_back("got") or None, "the ack held back")
+            proxy.cut()
+            settled = "settled: 1 foreground job(s) stay there while it lives, 0 queued"
+            wait_until(lambda: settled in first.log() or None, "the link settled")
+            with sleeping_worker(first, "doubted") as spare:  # would get it, queued again
+                worker.send(Cmd.WORK_COMPLETE, handle, "done there")
+                assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"done there")
+                assert spare.grab().type == Cmd.NO_JOB
     assert "settled its link here: 1 frame(s) it missed, 1 job(s) stay" in second.log()
 
 
@@ -451,23 +474,18 @@ def test_the_end_of_a_job_lost_with_its_link_reaches_the_client(
     it, unread by the client's node, and sends it in its answer. Before, the client's node
     waited for news that was never to come (by notification it comes only once a link
     broke), as long as the other node lived."""
-    second = start_node(nodes, schema, http=True)
-    with sleeping_worker(second, "unheard") as worker:
-        first, proxy = _through_proxy(schema, nodes, second, lambda h: h.get("o") in ("o", "f"))
-        try:
-            wait_linked(first, second)
-            with GearmanSocket(first) as client:
-                handle = client.submit_fg("unheard", "question")
-                assert wake_and_grab(worker) == (handle, b"question")
-                wait_until(lambda: counters(first)["jobs_acknowledged"] == 1 or None, "the ack")
-                worker.send(Cmd.WORK_DATA, handle, "part")
-                worker.send(Cmd.WORK_COMPLETE, handle, "answer")
-                wait_until(lambda: proxy.held_back("f") or None, "the end held back")
-                proxy.cut()
-                assert client.expect(Cmd.WORK_DATA).args == (handle.encode(), b"part")
-                assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"answer")
-        finally:
-            proxy.close()
+    with _linked_through_proxy(schema, nodes, "unheard", _kind("o", "f")) as linked:
+        first, _, worker, proxy = linked
+        with GearmanSocket(first) as client:
+            handle = client.submit_fg("unheard", "question")
+            assert wake_and_grab(worker) == (handle, b"question")
+            wait_until(lambda: counters(first)["jobs_acknowledged"] == 1 or None, "the ack")
+            worker.send(Cmd.WORK_DATA, handle, "part")
+            worker.send(Cmd.WORK_COMPLETE, handle, "answer")
+            wait_until(lambda: proxy.held_back("f") or None, "the end held back")
+            proxy.cut()
+            assert client.expect(Cmd.WORK_DATA).args == (handle.encode(), b"part")
+            assert client.expect(Cmd.WORK_COMPLETE).args == (handle.encode(), b"answer")
     assert "settled: 0 foreground job(s) stay there while it lives, 0 queued again" in (first.log())
 
 
@@ -477,36 +495,23 @@ def test_a_background_row_whose_acknowledgement_was_lost_with_its_link_runs_once
     """The link breaks after the node running a background job acknowledged its row, before
     the ack arrived: the settling brings the ack, and the row stays that node's. Given back
     to the shared queue instead, a worker on the first node would run it a second time."""
-    second = start_node(nodes, schema, http=True)
-    with sleeping_worker(second, "posted-doubt") as worker:
-        first, proxy = _through_proxy(schema, nodes, second, lambda h: h.get("o") == "got")
-        try:
-            wait_linked(first, second)
-            with GearmanSocket(first) as client:
-                handle = client.submit_bg("posted-doubt", "once")
-                assert wake_and_grab(worker) == (handle, b"once")
-                wait_until(lambda: proxy.held_back("got") or None, "the ack held back")
-                proxy.cut()
-                settled = "settled: 0 foreground job(s) stay there while it lives, 0 queued"
-                wait_until(lambda: settled in first.log() or None, "the link settled")
-                with sleeping_worker(first, "posted-doubt") as spare:  # would get it if freed
-                    owner = f"SELECT owner FROM {{schema}}.jobs WHERE id = '{handle}'"
-                    assert schema.rows(owner) == [(node_id(second),)]
-                    worker.send(Cmd.WORK_COMPLETE, handle, "done there")
-                    gone = f"SELECT count(*) FROM {{schema}}.jobs WHERE id = '{handle}'"
-                    wait_until(lambda: schema.rows(gone) == [(0,)] or None, "the row deleted")
-                    assert spare.grab().type == Cmd.NO_JOB
-        finally:
-            proxy.close()
+    with _linked_through_proxy(schema, nodes, "posted-doubt", _kind("got")) as linked:
+        first, second, worker, proxy = linked
+        with GearmanSocket(first) as client:
+            handle = client.submit_bg("posted-doubt", "once")
+            assert wake_and_grab(worker) == (handle, b"once")
+            wait_until(lambda: proxy.held_back("got") or None, "the ack held back")
+            proxy.cut()
+            settled = "settled: 0 foreground job(s) stay there while it lives, 0 queued"
+            wait_until(lambda: settled in first.log() or None, "the link settled")
+            with sleeping_worker(first, "posted-doubt") as spare:  # would get it if freed
+                owner = f"SELECT owner FROM {{schema}}.jobs WHERE id = '{handle}'"
+                assert schema.rows(owner) == [(node_id(second),)]
+                worker.send(Cmd.WORK_COMPLETE, handle, "done there")
+                gone = f"SELECT count(*) FROM {{schema}}.jobs WHERE id = '{handle}'"
+                wait_until(lambda: schema.rows(gone) == [(0,)] or None, "the row deleted")
+                assert spare.grab().type == Cmd.NO_JOB
     assert "settled its link here: 1 frame(s) it missed, 0 job(s) stay" in second.log()
-
-
-def _never(_header: dict) -> bool:
-    return False
-
-
-def _row_ended(header: dict) -> bool:
-    return header.get("o") in ("ok", "drop")
 
 
 def test_a_background_row_runs_as_its_commit_begins_and_is_written_once_it_ended(
@@ -516,23 +521,17 @@ def test_a_background_row_runs_as_its_commit_begins_and_is_written_once_it_ended
     running it writes nothing of it until told the commit ended. Here that word is lost
     with the link: the settling brings it, and the finished job's row is deleted then.
     Deleted before the row was known committed, it could have been committed after."""
-    second = start_node(nodes, schema, http=True)
-    with sleeping_worker(second, "posted-ahead") as worker:
-        first, proxy = _through_proxy(schema, nodes, second, _never, drop_sent=_row_ended)
-        try:
-            wait_linked(first, second)
-            with GearmanSocket(first) as client:
-                handle = client.submit_bg("posted-ahead", "now")
-                assert wake_and_grab(worker) == (handle, b"now")
-                wait_until(lambda: proxy.held_back("ok") or None, "the commit's end held back")
-                worker.send(Cmd.WORK_COMPLETE, handle, "done")
-                assert worker.grab().type == Cmd.NO_JOB  # the end was heard
-                row = f"SELECT owner FROM {{schema}}.jobs WHERE id = '{handle}'"
-                assert schema.rows(row) == [(node_id(second),)]  # not deleted: not yet known
-                proxy.cut()
-                wait_until(lambda: schema.rows(row) == [] or None, "the row deleted", 60)
-        finally:
-            proxy.close()
+    ahead = _linked_through_proxy(schema, nodes, "posted-ahead", _kind(), drop_sent=_row_ended)
+    with ahead as (first, second, worker, proxy), GearmanSocket(first) as client:
+        handle = client.submit_bg("posted-ahead", "now")
+        assert wake_and_grab(worker) == (handle, b"now")
+        wait_until(lambda: proxy.held_back("ok") or None, "the commit's end held back")
+        worker.send(Cmd.WORK_COMPLETE, handle, "done")
+        assert worker.grab().type == Cmd.NO_JOB  # the end was heard
+        row = f"SELECT owner FROM {{schema}}.jobs WHERE id = '{handle}'"
+        assert schema.rows(row) == [(node_id(second),)]  # not deleted: not yet known
+        proxy.cut()
+        wait_until(lambda: schema.rows(row) == [] or None, "the row deleted", 60)
     assert "settled its link here" in second.log()
 
 
@@ -542,23 +541,19 @@ def test_a_background_row_sent_ahead_by_a_node_that_dies_is_read_from_the_databa
     """The node that sent the row dies before saying how its commit ended: once its lease
     ran out, the node running the job reads the row: there, the commit landed."""
     lease = ("--node-lease", "3")
-    second = start_node(nodes, schema, *lease, http=True)
-    with sleeping_worker(second, "posted-orphan") as worker:
-        first, proxy = _through_proxy(schema, nodes, second, _never, *lease, drop_sent=_row_ended)
-        try:
-            wait_linked(first, second)
-            with GearmanSocket(first) as client:
-                handle = client.submit_bg("posted-orphan", "now")
-                assert wake_and_grab(worker) == (handle, b"now")
-                wait_until(lambda: proxy.held_back("ok") or None, "the commit's end held back")
-            first.kill()
-            proxy.cut()
-            worker.send(Cmd.WORK_COMPLETE, handle, "done")
-            assert worker.grab().type == Cmd.NO_JOB
-            row = f"SELECT owner FROM {{schema}}.jobs WHERE id = '{handle}'"
-            wait_until(lambda: schema.rows(row) == [] or None, "the row deleted", 60)
-        finally:
-            proxy.close()
+    orphan = "posted-orphan"
+    ahead = _linked_through_proxy(schema, nodes, orphan, _kind(), *lease, drop_sent=_row_ended)
+    with ahead as (first, _, worker, proxy):
+        with GearmanSocket(first) as client:
+            handle = client.submit_bg(orphan, "now")
+            assert wake_and_grab(worker) == (handle, b"now")
+            wait_until(lambda: proxy.held_back("ok") or None, "the commit's end held back")
+        first.kill()
+        proxy.cut()
+        worker.send(Cmd.WORK_COMPLETE, handle, "done")
+        assert worker.grab().type == Cmd.NO_JOB
+        row = f"SELECT owner FROM {{schema}}.jobs WHERE id = '{handle}'"
+        wait_until(lambda: schema.rows(row) == [] or None, "the row deleted", 60)
 
 
 def test_a_kept_job_stays_while_its_node_answers_though_its_lock_looked_free(
@@ -571,7 +566,7 @@ def test_a_kept_job_stays_while_its_node_answers_though_its_lock_looked_free(
     run twice."""
     second = start_node(nodes, schema, "--node-lease", "120", http=True)
     with sleeping_worker(second, "kept") as worker:
-        first, proxy = _through_proxy(schema, nodes, second, lambda _header: False)
+        first, proxy = _through_proxy(schema, nodes, second, _kind())
         try:
             wait_linked(first, second)
             with GearmanSocket(first) as client:

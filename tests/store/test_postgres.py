@@ -480,13 +480,9 @@ def test_a_node_asked_of_a_job_by_followers_subscribes_their_node_once_or_answer
         store.close()
 
 
-def test_a_batch_of_foreground_jobs_written_as_a_node_s_alone_does_not_wait_for_the_flush(
-    pg_schema: Schema,
-) -> None:
-    """Their rows hold unique keys, not jobs anyone must find after a crash: such a batch
-    commits with `synchronous_commit` off; one with any other row waits as ever."""
-    store = PostgresStore(pg_schema.dsn)
-    store.releases = lambda job: WrittenAs(77) if not job.background else False
+def statements_sent(store: PostgresStore, check: Callable[[], bool] = lambda: True) -> list[str]:
+    """The batch statements `store` sends from now on, in order; `check()` must hold as each
+    goes."""
     sent: list[str] = []
     execute = store._execute
 
@@ -494,9 +490,21 @@ def test_a_batch_of_foreground_jobs_written_as_a_node_s_alone_does_not_wait_for_
         slot: int, parameters: list[Any], statement: str = BATCH_SQL, again: Any = None
     ) -> Any:
         sent.append(statement)
+        assert check()
         return await execute(slot, parameters, statement, again)
 
     store._execute = spied  # type: ignore[method-assign]
+    return sent
+
+
+def test_a_batch_of_foreground_jobs_written_as_a_node_s_alone_does_not_wait_for_the_flush(
+    pg_schema: Schema,
+) -> None:
+    """Their rows hold unique keys, not jobs anyone must find after a crash: such a batch
+    commits with `synchronous_commit` off; one with any other row waits as ever."""
+    store = PostgresStore(pg_schema.dsn)
+    store.releases = lambda job: WrittenAs(77) if not job.background else False
+    sent = statements_sent(store)
     foreground = [make_job(n, unique=f"f{n}", background=False) for n in (1, 2)]
     mixed = [make_job(3, unique="f3", background=False), make_job(4, unique="b4")]
 
@@ -527,17 +535,7 @@ def test_a_background_job_written_as_another_node_s_waits_for_the_flush_and_is_h
     store.releases = lambda job: WrittenAs(77)
     handed: list[tuple[list[str], bool]] = []
     store.on_handed = lambda jobs, ok: handed.append(([job.id for job in jobs], ok))
-    sent: list[str] = []
-    execute = store._execute
-
-    async def spied(
-        slot: int, parameters: list[Any], statement: str = BATCH_SQL, again: Any = None
-    ) -> Any:
-        sent.append(statement)
-        assert not handed  # not before its commit
-        return await execute(slot, parameters, statement, again)
-
-    store._execute = spied  # type: ignore[method-assign]
+    sent = statements_sent(store, lambda: not handed)  # not handed on before its commit
 
     async def main() -> None:
         store.job_saved(make_job(1))
