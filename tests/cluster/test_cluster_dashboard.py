@@ -1,8 +1,9 @@
 """The dashboard of a node of a cluster (server/dashboard): every node's workers with their
 node, the jobs of a queue that other nodes and the shared queue hold, a job another node
 holds (read-only), every node's scheduled and dead jobs in one list, a search by unique key
-and another node's dead letter (read-only), and the PostgreSQL store. Real nodes on the local
-PostgreSQL, every wait a condition polled up to a generous deadline.
+and another node's dead letter (read-only), the overview's counts of every node's jobs and
+dead letters, and the PostgreSQL store. Real nodes on the local PostgreSQL, every wait a
+condition polled up to a generous deadline.
 """
 
 from __future__ import annotations
@@ -62,6 +63,29 @@ def node_id(browser: Browser) -> str:
     found = re.search(r"<dt>this node</dt><dd>(\d+)</dd>", browser.get("/").text)
     assert found, "no node id on the overview"
     return found.group(1)
+
+
+def cards(text: str) -> dict[str, str]:
+    """The overview's cards: label -> value."""
+    found = re.findall(r'<span class="label">([^<]*)</span><span class="value"[^>]*>([^<]*)<', text)
+    return dict(found)
+
+
+def overview_shows(browser: Browser, wanted: dict[str, str]) -> str | None:
+    """The overview, once its cards include `wanted` (None: not yet)."""
+    page = browser.get("/")
+    assert page.status == 200, page.text[:500]
+    return page.text if wanted.items() <= cards(page.text).items() else None
+
+
+def dead_letter(node: Any, queue: str) -> str:
+    """An OJS job that ran once on `node` and failed into its dead letter queue; its id."""
+    job_id = push(node, queue, retry={"max_attempts": 1, "on_exhaustion": "dead_letter"})
+    assert fetch(node, queue)["id"] == job_id
+    error = {"code": "boom", "message": "it broke"}
+    nacked = node.request("POST", "/ojs/v1/workers/nack", {"job_id": job_id, "error": error})
+    assert (nacked.status, nacked.body["state"]) == (200, "discarded"), nacked.raw
+    return job_id
 
 
 def iso(epoch: int) -> str:
@@ -149,18 +173,55 @@ def test_a_nodes_dashboard_shows_the_whole_cluster(
     assert "password" not in overview
 
 
+def test_the_overview_counts_every_nodes_jobs_and_dead_letters(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """Each node's overview counts the jobs every node knows and the shared queue holds, and
+    every node's dead letters: a job scheduled on the first node and two on the second (they
+    stay where they came), one waiting in the shared queue, and a dead letter of the second
+    (its discarded job still known there: finished jobs are kept an hour). Throughput stays
+    each node's own."""
+    (one, two), first, second = runners(nodes, schema)
+    assert one.http_port is not None and two.http_port is not None
+    push(first, "waits")  # no worker anywhere yet: the shared queue's
+    push(first, "later", scheduled_at=iso(LATER))
+    for _ in range(2):
+        push(second, "later", scheduled_at=iso(LATER))
+    dead_letter(second, "dies")
+    wanted = {"jobs known, every node": "5", "dead letters, every node": "1"}
+    for port in (one.http_port, two.http_port):
+        browser = Browser(port)
+        text = wait_until(
+            lambda b=browser: overview_shows(b, wanted), f"the figures on port {port}", DEADLINE
+        )
+        assert "could not be read" not in text, text
+        assert "submitted/s, this node" in cards(text) and "Throughput of this node" in text
+
+
 def test_a_node_that_does_not_answer_leaves_the_pages_working(
     schema: Schema, nodes: list[ServerProcess]
 ) -> None:
     """A stopped node (its lease long enough to count as alive meanwhile) does not answer the
     questions for its workers and its jobs: the pages show this node's part and say so."""
-    (one, two), first, _ = runners(nodes, schema, "--node-lease", "120")
+    (one, two), first, second = runners(nodes, schema, "--node-lease", "120")
     assert one.http_port is not None
     here = Browser(one.http_port)
     registered = first.request("POST", "/ojs/v1/workers/register", {"worker_id": "w-one"})
     assert registered.status in (200, 201), registered.raw
     push(first, "stalled")
     mine = push(first, "stalled", scheduled_at=iso(LATER))
+    dead_letter(first, "dies-here")
+    dead_letter(second, "dies-there")
+    push(second, "stalled", scheduled_at=iso(LATER))
+    # Five jobs: on each node a scheduled job and a discarded one (finished jobs are kept an
+    # hour), and the first job pushed, which no worker waited for, in the shared queue.
+    wait_until(
+        lambda: overview_shows(
+            here, {"jobs known, every node": "5", "dead letters, every node": "2"}
+        ),
+        "both nodes' jobs and dead letters on the overview",
+        DEADLINE,
+    )
     os.kill(two.proc.pid, signal.SIGSTOP)
     try:
         for path in ("/ui/workers", "/"):
@@ -168,6 +229,11 @@ def test_a_node_that_does_not_answer_leaves_the_pages_working(
             assert page.status == 200, (path, page.status, page.text[:500])
             assert "the other nodes&#39; workers could not be read" in page.text, page.text
             assert path == "/" or 'data-worker="w-one"' in page.text, page.text
+        # The overview (the last page read): this node's figures, and why.
+        assert "the cluster&#39;s job counts could not be read" in page.text, page.text
+        shown = cards(page.text)
+        assert shown["jobs known, this node"] == "2", shown
+        assert shown["dead letters, this node"] == "1", shown
         page = here.get("/ui/jobs?list=scheduled")
         assert page.status == 200, page.text[:500]
         assert "the other nodes&#39; scheduled jobs could not be read" in page.text, page.text
@@ -223,12 +289,7 @@ def test_the_job_lists_and_the_search_cover_every_node(
     assert '<dd class="state">scheduled' in job and "/cancel" not in job, job
 
     # A dead letter of the second node: listed on the first with its node, opened read-only.
-    retry = {"max_attempts": 1, "on_exhaustion": "dead_letter"}
-    dead = push(second, "dies", retry=retry)
-    assert fetch(second, "dies")["id"] == dead
-    error = {"code": "boom", "message": "it broke"}
-    nacked = second.request("POST", "/ojs/v1/workers/nack", {"job_id": dead, "error": error})
-    assert (nacked.status, nacked.body["state"]) == (200, "discarded"), nacked.raw
+    dead = dead_letter(second, "dies")
     dead_rows = dict(
         wait_until(lambda: listed(here, "/ui/jobs?list=dead") or None, "the dead letter", DEADLINE)
     )

@@ -249,15 +249,24 @@ class Connection:
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self.conn: psycopg.AsyncConnection[Any] | None = None
+        # One connection made at a time: two callers that both found none made two, and the
+        # first one made was left open.
+        self._connecting = asyncio.Lock()
 
     async def get(self) -> psycopg.AsyncConnection[Any]:
         conn = self.conn
         if conn is None or conn.broken or conn.closed:
-            conn = await psycopg.AsyncConnection.connect(
-                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, prepare_threshold=0
-            )
-            await conn.execute(SESSION_SQL)  # no plan kept from when the tables were small
-            self.conn = conn
+            async with self._connecting:
+                conn = self.conn
+                if conn is None or conn.broken or conn.closed:
+                    conn = await psycopg.AsyncConnection.connect(
+                        self.dsn,
+                        autocommit=True,
+                        connect_timeout=CONNECT_TIMEOUT,
+                        prepare_threshold=0,
+                    )
+                    await conn.execute(SESSION_SQL)  # no plan kept from when tables were small
+                    self.conn = conn
         return conn
 
     async def fetch(self, statement: str, parameters: Any) -> list[tuple[Any, ...]]:

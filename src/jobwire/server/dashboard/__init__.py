@@ -22,8 +22,9 @@ jobs of each queue that other nodes or the shared queue hold (one SQL query), th
 (scheduled, retrying, dead) merged over every node's part and a search by id or unique key
 (the operation `dashboard.jobs`, one question to each other node), and a job another node
 holds or keeps among its dead letters (read-only). When the database or a node cannot
-answer, a page shows this node's part and says so. Throughput and the overview's figures
-stay this node's.
+answer, a page shows this node's part and says so. The overview's jobs and dead letters
+are every node's and the shared queue's (the operation `admin.counts`, as the admin API
+counts them); its throughput stays this node's.
 """
 
 from __future__ import annotations
@@ -674,10 +675,17 @@ class Dashboard:
 
     async def overview(self, request: web.Request) -> web.StreamResponse:
         points = self._points()
-        notes: list[str] = []
+        # Both questions to the other nodes at once: a node that does not answer costs the
+        # page one timeout, not two. Their notes in a fixed order.
+        workers_notes: list[str] = []
+        counts_notes: list[str] = []
+        workers, (jobs, dead, whose) = await asyncio.gather(
+            self._workers(None, workers_notes), self._job_counts(counts_notes)
+        )
+        notes = workers_notes + counts_notes
         by_protocol: Counter[str] = Counter()
         by_state: Counter[tuple[str, str]] = Counter()
-        for worker in await self._workers(None, notes):
+        for worker in workers:
             if worker["state"] != TERMINATED:
                 by_protocol[worker["protocol"]] += 1
                 by_state[worker["protocol"], worker["state"]] += 1
@@ -690,9 +698,38 @@ class Dashboard:
             workers=sorted(by_protocol.items()),
             worker_states=by_state,
             store=self._store_health(),
-            dead=len(self.service.dead_letter),
-            jobs=len(self.engine.jobs),
+            dead=dead,
+            jobs=jobs,
+            whose=whose,
         )
+
+    async def _job_counts(self, notes: list[str]) -> tuple[int, int, str | None]:
+        """The overview's jobs known and dead letters, and whose they are: None for a node
+        alone; on a cluster "every node", or "this node" and a note when the cluster does
+        not answer."""
+        jobs, dead = len(self.engine.jobs), len(self.service.dead_letter)
+        if self.service.runtime.remote is None:
+            return jobs, dead, None
+        theirs = await self._partly(self._counts_elsewhere(), "the cluster's job counts", notes)
+        if theirs is None:
+            return jobs, dead, "this node"
+        return jobs + theirs[0], dead + theirs[1], "every node"
+
+    async def _counts_elsewhere(self) -> tuple[int, int]:
+        """Jobs and dead letters this node does not keep, as `/ojs/v1/admin/stats` counts
+        them: each other live node's (the operation `admin.counts`: its jobs by queue and
+        state, its dead letters as `dead_letter`), and the rows no live node holds (the
+        shared queue, a dead node's jobs not yet requeued)."""
+        jobs = dead = 0
+        for answer in await self.service.operations.from_every_node("admin.counts", "", None):
+            for counts in answer["queues"].values():
+                dead += counts.get("dead_letter", 0)
+                jobs += sum(counts.values()) - counts.get("dead_letter", 0)
+        cluster = self.service.runtime.cluster
+        if cluster is not None:
+            unheld = await cluster.unheld_by_queue()
+            jobs += sum(sum(states.values()) for states in unheld.values())
+        return jobs, dead
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """Server-sent events: the throughput of each second, and the totals."""
