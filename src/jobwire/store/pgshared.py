@@ -211,7 +211,11 @@ class SharedState:
         if not self.engine.withdraw_pending(job):
             return False
         job.state = JobState.AVAILABLE  # as its row says (for the replies that show it)
-        return self.cluster.written_as_linked(job) or True
+        linked = self.cluster.written_as_linked(job)
+        if linked is not None:
+            return linked
+        self.cluster.released += 1
+        return True
 
     # ------------------------------------------------------------------ notifications
 
