@@ -24,7 +24,7 @@ from jobwire.store.peerlink import encode
 from tests.cluster.conftest import start_node
 from tests.cluster.linkproxy import LinkProxy
 from tests.cluster.test_pgcluster import sleeping_worker, wake_and_grab
-from tests.interop.gearman_raw import Cmd, GearmanSocket, wait_until
+from tests.interop.gearman_raw import Cmd, GearmanSocket, status, wait_until
 from tests.pg import Schema
 from tests.security.pki import make_pki
 from tests.servers import ServerProcess
@@ -289,6 +289,32 @@ def test_a_background_job_whose_unique_key_another_job_holds_does_not_run_on_the
             worker.close()
     gone = "SELECT count(*) FROM {schema}.jobs WHERE function = 'posted-once'"
     wait_until(lambda: schema.rows(gone) == [(0,)] or None, "the row deleted")
+
+
+def test_a_background_row_whose_commit_failed_is_dropped_where_it_went_ahead(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """The row went over the link as its commit began, and the commit failed (a constraint
+    the test adds refuses the payload): the client hears QUEUE_ERROR, and the node the row
+    went to drops the job, whether its worker had taken it or not. Kept, it would run there
+    as a job whose submit was refused."""
+    second = start_node(nodes, schema, http=True)
+    with sleeping_worker(second, "posted-poison"):
+        first = start_node(nodes, schema, http=True)
+        wait_linked(first, second)
+        schema.rows(
+            "ALTER TABLE {schema}.jobs ADD CONSTRAINT no_poison"
+            " CHECK (payload <> 'poison'::bytea) NOT VALID"
+        )
+        with GearmanSocket(first) as client:
+            client.send(Cmd.SUBMIT_JOB_BG, "posted-poison", "", "poison")
+            assert client.expect(Cmd.ERROR).args[0] == b"QUEUE_ERROR"
+
+        def dropped() -> bool:
+            return status(second).get("posted-poison", (0, 0, 0))[0] == 0
+
+        wait_until(lambda: dropped() or None, "the job dropped where it went")
+    assert counters(first)["jobs_handed_total"] == 1  # it did go ahead
 
 
 def test_a_background_job_sent_to_a_node_that_dies_runs_elsewhere_after_its_lease(
