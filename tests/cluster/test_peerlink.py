@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from jobwire.store.peerlink import encode
+from jobwire.store.peerlink import GREETING, encode
 from tests.cluster.conftest import start_node
 from tests.cluster.linkproxy import LinkProxy
 from tests.cluster.test_pgcluster import sleeping_worker, wake_and_grab
@@ -166,7 +166,7 @@ def test_a_peer_link_that_does_not_answer_the_challenge_is_closed(
             greeting = b""
             while len(greeting) < 24:
                 greeting += sock.recv(24 - len(greeting))
-            assert greeting.startswith(b"JWPEER3\n")
+            assert greeting.startswith(GREETING)
             sock.sendall(attempt)
             rest = b""
             while chunk := sock.recv(4096):  # the node closes the link
@@ -337,6 +337,27 @@ def test_a_background_job_sent_to_a_node_that_dies_runs_elsewhere_after_its_leas
     gone = "SELECT count(*) FROM {schema}.jobs WHERE function = 'posted-far'"
     wait_until(lambda: schema.rows(gone) == [(0,)] or None, "the row deleted")
     assert counters(first)["jobs_handed_total"] == 1
+
+
+def test_a_node_of_another_link_version_is_not_linked_and_the_operator_is_told(
+    schema: Schema, nodes: list[ServerProcess]
+) -> None:
+    """During a rolling upgrade, a node whose links speak another version (here a listener
+    that greets as version 3 would) gets no link: its jobs go through the shared queue.
+    Linked, the two would misread each other's frames."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        node = start_node(nodes, schema, http=True)  # its start makes the tables
+        schema.rows(
+            "INSERT INTO {schema}.nodes (address, pid, lease_until, peer) VALUES"
+            f" ('older', 1, now() + interval '1 hour', '127.0.0.1:{port}')"
+        )
+        listener.settimeout(60)  # dialled at the node's next heartbeat
+        dialer, _ = listener.accept()
+        with dialer:
+            dialer.sendall(b"JWPEER3\n" + bytes(16))
+            told = "speaks links of version 3, this node 4: their jobs go through the shared"
+            wait_until(lambda: told in node.log() or None, "the warning", 60)
 
 
 def _over_tls(node: ServerProcess, context: ssl.SSLContext) -> GearmanSocket:

@@ -95,8 +95,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("jobwire.cluster")
 
 _FRAME = struct.Struct(">II")
-#: The challenge a listening node opens each link with: a tag and random bytes.
-GREETING = b"JWPEER3\n"
+#: The challenge a listening node opens each link with: a tag and random bytes. The tag
+#: carries the links' version: nodes of two versions do not link (during a rolling upgrade
+#: their jobs go through the shared queue). 4: background rows sent ahead of their commit.
+GREETING = b"JWPEER4\n"
 #: How a node that serves its links over TLS advertises its address.
 TLS_PREFIX = "tls:"
 CHALLENGE_BYTES = 16
@@ -141,6 +143,10 @@ OWNED_SQL = "SELECT seq FROM jobs WHERE seq = ANY(%s) AND owner = %s"
 PEERS_SQL = """
 SELECT id, peer FROM nodes WHERE id <> %s AND lease_until >= now() AND peer IS NOT NULL
 """
+
+
+class OtherVersionError(Exception):
+    """The other node speaks another version of the links."""
 
 
 def encode(header: dict[str, Any], blob: bytes = b"") -> bytes:
@@ -205,6 +211,7 @@ class Outbound:
 
     async def run(self) -> None:
         delay = 0.1
+        told = False
         while not self.links.closing:
             try:
                 await self._serve()
@@ -212,6 +219,10 @@ class Outbound:
             except asyncio.CancelledError:
                 self._lost()
                 raise
+            except OtherVersionError as exc:
+                if not told:  # an operator upgrading the nodes one by one wants to know
+                    told = True
+                    log.warning("cluster: no link to node %d: %s", self.node, exc)
             except Exception as exc:
                 log.debug("cluster: link to node %d: %s", self.node, exc)
             self._lost()
@@ -231,6 +242,13 @@ class Outbound:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT):
                 greeting = await reader.readexactly(len(GREETING) + CHALLENGE_BYTES)
                 if not greeting.startswith(GREETING):
+                    if greeting.startswith(GREETING[:6]):
+                        version = greeting[6 : len(GREETING) - 1].decode(errors="replace")
+                        ours = GREETING[6:-1].decode()
+                        raise OtherVersionError(
+                            f"it speaks links of version {version}, this node {ours}: their"
+                            " jobs go through the shared queue"
+                        )
                     raise ValueError("not a jobwire node")
                 challenge = greeting[len(GREETING) :]
                 ssl_object = writer.get_extra_info("ssl_object")
