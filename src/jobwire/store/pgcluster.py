@@ -17,8 +17,8 @@ beside the engine on the event loop:
   most as many as it has idle workers, priority first, then the oldest, and loads them into
   its engine through replay. When a peer link says another node has a worker free for a
   new background job, the job is written as that node's instead, and the row goes to it
-  over the link once committed: it runs the job without a notification or a claim
-  (`jobwire.store.peerlink`).
+  over the link (as its commit begins; once committed for a job with a unique key): it
+  runs the job without a notification or a claim (`jobwire.store.peerlink`).
 - **Wake-ups**: nodes LISTEN on the schema's channel; a batch that wrote unowned jobs notifies
   "function<US>queue" with its commit, and nodes with idle workers for them claim at once. A
   slow poll (`--cluster-poll`) covers a lost notification.
